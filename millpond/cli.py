@@ -1,0 +1,108 @@
+"""`millpond` command line: validate specs, run pipelines, land sample data, show table status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from millpond import paths
+from millpond.spec import SpecError, load_pipeline, validate_all
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    if args.pipeline:
+        try:
+            pipelines = [load_pipeline(args.pipeline)]
+        except SpecError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        problems = []
+    else:
+        pipelines, problems = validate_all()
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    for pipeline in pipelines:
+        print(f"ok  {pipeline.spec_path}: {len(pipeline.tables)} tables ({', '.join(pipeline.tables)})")
+    if not pipelines and not problems:
+        print(f"no pipeline specs in {paths.pipelines_dir()}", file=sys.stderr)
+        return 2
+    return 2 if problems else 0
+
+
+def cmd_run(argv: list[str]) -> int:
+    from spark_jobs.runner import main as run_main
+
+    return run_main(argv)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from millpond.generate import activity_files
+
+    if args.pipeline != "activity":
+        print(f"millpond generate: no sample generator for {args.pipeline!r} (available: activity)", file=sys.stderr)
+        return 2
+    pipeline = load_pipeline(args.pipeline)
+    folder = paths.landing_path(pipeline.sources["landing.activity"].path)
+    landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
+    print(f"landed {len(landed)} files x {args.rows} lines in {folder}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Each table's path, row count and version from its Delta log, and the last run's outcome (no JVM)."""
+    from millpond.delta_log import table_state
+
+    pipeline = load_pipeline(args.pipeline)
+    runs = sorted((paths.system_path("runs") / pipeline.name).glob("*.json"), key=lambda p: p.stat().st_mtime)
+    last = {t["table"]: t for t in json.loads(runs[-1].read_text())["tables"]} if runs else {}
+    rows = []
+    for table_id in pipeline.tables:
+        for path in (paths.table_path(table_id), paths.quarantine_path(table_id)):
+            state = table_state(path)
+            if state is None and path != paths.table_path(table_id):
+                continue
+            run = last.get(table_id, {}) if path == paths.table_path(table_id) else {}
+            rows.append({"path": str(path), "rows": state.rows if state else None,
+                         "version": state.version if state else None, "last_run": run.get("outcome", "")})  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'table path':<60} {'rows':>9} {'version':>7}  last run")
+    for row in rows:
+        rows_text = "-" if row["rows"] is None else row["rows"]
+        print(f"{row['path']:<60} {rows_text:>9} {row['version'] if row['version'] is not None else '-':>7}  "
+              f"{row['last_run']}")  # fmt: skip
+    if runs:
+        print(f"last run summary: {runs[-1]}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:  # the runner owns its arguments (shared with spark-submit)
+        return cmd_run(argv[1:])
+    parser = argparse.ArgumentParser(prog="millpond", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run a pipeline's tables (see `millpond run --help`)")
+    validate = sub.add_parser("validate", help="validate one spec or every spec in pipelines/")
+    validate.add_argument("pipeline", nargs="?")
+    validate.set_defaults(func=cmd_validate)
+    generate = sub.add_parser("generate", help="land sample files for an example pipeline")
+    generate.add_argument("pipeline")
+    generate.add_argument("--files", type=int, default=3)
+    generate.add_argument("--rows", type=int, default=1000)
+    generate.add_argument("--duplicates", type=float, default=0.0, help="fraction of re-sent records")
+    generate.add_argument("--malformed", type=float, default=0.0, help="fraction of malformed lines")
+    generate.add_argument("--seed", type=int, default=None)
+    generate.set_defaults(func=cmd_generate)
+    status = sub.add_parser("status", help="each table's path, rows and version, and the last run's outcome")
+    status.add_argument("pipeline")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Realistic sample files for the example pipelines, landed the way producers must land them: atomically.
+
+Each file is written under a hidden temporary name (`.name.tmp`, skipped by Spark's file source) and renamed
+when complete. Event times continue from the files already landed, so successive rounds look like a live feed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ACTIVITY_EPOCH = datetime(2026, 11, 1, tzinfo=UTC)
+ACTIVITIES = ("stand", "sit", "walk", "bike", "stairsup", "stairsdown")
+MODELS = ("nexus4", "s3", "samsungold", "gear")
+USERS = tuple("abcdefghi")
+SECONDS_PER_FILE = 300  # each file covers five minutes of recordings
+
+
+def land_file(folder: Path, name: str, lines: list[str]) -> Path:
+    """Write `lines` to folder/name atomically: hidden temp file, fsync, rename."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    target = folder / name
+    os.replace(tmp, target)
+    return target
+
+
+def malformed_line(rng: random.Random, good: str) -> str:
+    kind = rng.randrange(5)
+    if kind == 0:
+        return good[: rng.randrange(5, max(6, len(good) - 5))]  # truncated
+    if kind == 1:
+        return good.replace('"x": ', '"x": "not-a-number", "_x": ', 1)  # wrong type
+    if kind == 2:
+        return "[1, 2, 3]"  # not an object
+    if kind == 3:
+        return good.replace('"Index": ', '"Index": "seven", "_i": ', 1)  # wrong type
+    return "this is not json"
+
+
+def activity_files(folder: Path, files: int, rows: int, duplicates: float = 0.0, malformed: float = 0.0,
+                   seed: int | None = None, start_index: int | None = None) -> list[Path]:  # fmt: skip
+    """Land `files` NDJSON files of `rows` lines each into the activity landing folder."""
+    existing = sorted(p for p in folder.glob("activity-*.json")) if folder.exists() else []
+    first = len(existing) if start_index is None else start_index
+    rng = random.Random(seed if seed is not None else first)
+    devices = [f"{model}_{n}" for model in MODELS for n in range(1, 4)]
+    landed = []
+    for k in range(first, first + files):
+        start = ACTIVITY_EPOCH + timedelta(seconds=k * SECONDS_PER_FILE)
+        lines: list[str] = []
+        for i in range(rows):
+            if lines and rng.random() < duplicates:
+                lines.append(rng.choice(lines[-20:]))  # an exact re-send of a recent record
+                continue
+            device = rng.choice(devices)
+            record = {
+                "Recorded_At": (start + timedelta(milliseconds=rng.randrange(SECONDS_PER_FILE * 1000)))
+                .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                "Device": device,
+                "Index": k * rows + i,
+                "Model": device.split("_")[0],
+                "User": rng.choice(USERS),
+                "gt": rng.choice(ACTIVITIES) if rng.random() > 0.02 else None,
+                "x": round(rng.gauss(0, 3), 6),
+                "y": round(rng.gauss(0, 3), 6),
+                "z": round(rng.gauss(9.8, 2), 6),
+            }
+            line = json.dumps(record)
+            lines.append(malformed_line(rng, line) if rng.random() < malformed else line)
+        landed.append(land_file(folder, f"activity-{k:06d}.json", lines))
+    return landed

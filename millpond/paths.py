@@ -1,0 +1,66 @@
+"""The one naming scheme for the lake: every path, checkpoint and query name is derived here.
+
+    table `silver.activity`     -> $MILLPOND_LAKE/silver/activity
+    its quarantine              -> $MILLPOND_LAKE/silver/activity_quarantine
+    its checkpoint              -> $MILLPOND_LAKE/_checkpoints/<pipeline>/silver.activity
+    its streaming query name    -> <pipeline>.silver.activity
+    event log                   -> $MILLPOND_LAKE/_system/event_log
+    pipeline lock               -> $MILLPOND_LAKE/_system/locks/<pipeline>.lock
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def lake_root() -> Path:
+    return Path(os.environ.get("MILLPOND_LAKE") or REPO_ROOT / "lake").resolve()
+
+
+def pipelines_dir() -> Path:
+    return Path(os.environ.get("MILLPOND_PIPELINES") or REPO_ROOT / "pipelines").resolve()
+
+
+def expectations_dir() -> Path:
+    return Path(os.environ.get("MILLPOND_EXPECTATIONS") or REPO_ROOT / "expectations").resolve()
+
+
+def table_path(table_id: str, root: Path | None = None) -> Path:
+    layer, name = table_id.split(".")
+    return (root or lake_root()) / layer / name
+
+
+def quarantine_path(table_id: str, root: Path | None = None) -> Path:
+    layer, name = table_id.split(".")
+    return (root or lake_root()) / layer / f"{name}_quarantine"
+
+
+def checkpoint_path(pipeline: str, table_id: str, root: Path | None = None) -> Path:
+    return (root or lake_root()) / "_checkpoints" / pipeline / table_id
+
+
+def landing_path(relative: str, root: Path | None = None) -> Path:
+    return (root or lake_root()) / relative
+
+
+def query_name(pipeline: str, table_id: str) -> str:
+    return f"{pipeline}.{table_id}"
+
+
+def system_path(name: str, root: Path | None = None) -> Path:
+    return (root or lake_root()) / "_system" / name
+
+
+def event_log_path(root: Path | None = None) -> Path:
+    return system_path("event_log", root)
+
+
+def lock_path(pipeline: str, root: Path | None = None) -> Path:
+    return system_path("locks", root) / f"{pipeline}.lock"
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get("MILLPOND_JARS") or REPO_ROOT / ".cache" / "jars").resolve()

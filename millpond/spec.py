@@ -1,0 +1,575 @@
+"""Pipeline specs: one YAML file per pipeline, loaded into frozen objects and validated before Spark starts.
+
+Why YAML and not a Python module: a spec is data. Airflow parses it every 30 s, `millpond validate`
+checks it without importing user code or starting a JVM, and reviewers read it in a pull request.
+Python lives where it is needed: a table may name a `module:function` transform.
+
+This module imports nothing heavy (no pyspark): DAG files and the CLI use it at parse time.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from millpond import paths
+
+LAYERS = ("bronze", "silver", "gold")
+FILE_FORMATS = ("json", "csv", "parquet")
+OUTPUT_MODES = ("append", "complete")
+TRIGGERS = ("availableNow", "once", "processingTime")
+SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
+LANDING = "landing"  # sources are referenced as `landing.<source name>`
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_TABLE_ID = re.compile(r"^(bronze|silver|gold)\.[a-z][a-z0-9_]*$")
+_FUNCTION_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_DURATION = re.compile(r"^\d+\s+(second|minute|hour|day|week)s?$")
+_BYTES = re.compile(r"^\d+\s*[kmgt]?b?$", re.IGNORECASE)
+_ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
+_DDL_TYPES = (
+    "string", "varchar", "char", "boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint",
+    "long", "float", "double", "real", "decimal", "numeric", "date", "timestamp", "timestamp_ntz", "timestamp_ltz",
+    "binary", "array", "map", "struct", "variant",
+)  # fmt: skip
+
+
+class SpecError(Exception):
+    """Every problem found in one spec file, each naming the file, the field and the fix."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class Trigger:
+    kind: str = "availableNow"
+    interval: str | None = None  # processingTime only
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    max_files_per_trigger: int | None = None
+    max_bytes_per_trigger: str | None = None
+
+    def reader_options(self) -> dict[str, str]:
+        options = {}
+        if self.max_files_per_trigger:
+            options["maxFilesPerTrigger"] = str(self.max_files_per_trigger)
+        if self.max_bytes_per_trigger:
+            options["maxBytesPerTrigger"] = self.max_bytes_per_trigger
+        return options
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """A landing folder under the lake root; new files are picked up by the checkpointed file source."""
+
+    name: str
+    format: str
+    path: str  # relative to the lake root
+    schema: str  # Spark DDL
+    options: Mapping[str, str] = field(default_factory=dict)
+    rate_limit: RateLimit = RateLimit()
+
+    @property
+    def id(self) -> str:
+        return f"{LANDING}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Watermark:
+    column: str
+    delay: str
+
+
+@dataclass(frozen=True)
+class Window:
+    column: str
+    duration: str
+    slide: str | None = None
+    alias: str = "window"  # the output column holding the window start
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    group_by: tuple[str, ...]
+    measures: tuple[tuple[str, str], ...]  # (output column, Spark SQL aggregate expression)
+    window: Window | None = None
+
+
+@dataclass(frozen=True)
+class Transform:
+    """Either Spark SQL over the view `source`, or a pure `DataFrame -> DataFrame` function."""
+
+    sql: str | None = None
+    function: str | None = None  # "package.module:function"
+
+
+@dataclass(frozen=True)
+class Table:
+    layer: str
+    name: str
+    source: str  # `landing.<source>` or another table's id
+    description: str = ""
+    transform: Transform | None = None
+    watermark: Watermark | None = None
+    dedup_keys: tuple[str, ...] = ()
+    aggregate: Aggregate | None = None
+    order_by: tuple[str, ...] = ()
+    output_mode: str = "append"
+    trigger: Trigger = Trigger()
+    rate_limit: RateLimit = RateLimit()
+    keys: tuple[str, ...] = ()
+    expectations: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.layer}.{self.name}"
+
+    @property
+    def reads_landing(self) -> bool:
+        return self.source.startswith(LANDING + ".")
+
+    @property
+    def is_stateful(self) -> bool:
+        return bool(self.dedup_keys or self.aggregate)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    spec_path: Path
+    schedule: str
+    start_date: date
+    description: str = ""
+    catchup: bool = False
+    retries: int = 2
+    tags: tuple[str, ...] = ()
+    owner: str = "millpond"
+    shuffle_partitions: int = 2
+    sources: Mapping[str, FileSource] = field(default_factory=dict)  # by source id (landing.<name>)
+    tables: Mapping[str, Table] = field(default_factory=dict)  # by table id, in dependency order
+
+    def table(self, table_id: str) -> Table:
+        try:
+            return self.tables[normalize_table_id(table_id)]
+        except KeyError:
+            raise SpecError([f"{self.spec_path}: unknown table {table_id!r}; tables: {', '.join(self.tables)}"]) from None
+
+    def downstream(self, table_ids: list[str]) -> list[str]:
+        """The tables given plus every table that reads from them, in dependency order."""
+        chosen = {normalize_table_id(t) for t in table_ids}
+        for table in self.tables.values():  # dependency order: one pass suffices
+            if table.source in chosen:
+                chosen.add(table.id)
+        return [t for t in self.tables if t in chosen]
+
+    def layer_tables(self, layer: str) -> list[str]:
+        return [t.id for t in self.tables.values() if t.layer == layer]
+
+
+def normalize_table_id(table_id: str) -> str:
+    """Accept both the id (`silver.activity`) and the lake path form (`silver/activity`)."""
+    return table_id.strip().replace("/", ".")
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def spec_path_for(pipeline: str) -> Path:
+    return paths.pipelines_dir() / f"{pipeline}.yaml"
+
+
+def all_spec_paths() -> list[Path]:
+    return sorted(paths.pipelines_dir().glob("*.yaml"))
+
+
+def load_pipeline(name_or_path: str | Path, lake_root: Path | None = None) -> Pipeline:
+    """Load and validate one spec; raise SpecError listing every problem."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = spec_path_for(str(name_or_path))
+    if not path.exists():
+        known = ", ".join(p.stem for p in all_spec_paths()) or "none"
+        raise SpecError([f"{path}: no such pipeline spec (pipelines in {paths.pipelines_dir()}: {known})"])
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
+    return _Loader(path, lake_root or paths.lake_root()).pipeline(raw)
+
+
+class _Loader:
+    """Builds the frozen objects while collecting every problem, so a user fixes a spec in one pass."""
+
+    def __init__(self, path: Path, lake_root: Path):
+        self.path = path
+        self.lake_root = lake_root
+        self.problems: list[str] = []
+
+    def problem(self, where: str, message: str, fix: str) -> None:
+        self.problems.append(f"{self.path}: {where}: {message}. Fix: {fix}")
+
+    def fields(self, where: str, raw: Any, allowed: dict[str, bool]) -> dict[str, Any]:
+        """Check a mapping against its allowed fields (name -> required); unknown names are errors."""
+        if not isinstance(raw, dict):
+            self.problem(where or "(top level)", f"expected a mapping, got {type(raw).__name__}", "see README 'Spec format'")
+            return {}
+        for key in raw:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"allowed fields: {', '.join(allowed)}"
+                self.problem(_join(where, key), f"unknown field {key!r}", hint)
+        for key, required in allowed.items():
+            if required and key not in raw:
+                self.problem(_join(where, key), "required field is missing", f"add '{key}:' to {where or 'the spec'}")
+        return raw
+
+    # -- top level
+    def pipeline(self, raw: Any) -> Pipeline:
+        top = self.fields("", raw, {
+            "pipeline": True, "description": False, "schedule": True, "start_date": True, "catchup": False,
+            "retries": False, "tags": False, "owner": False, "shuffle_partitions": False, "sources": False,
+            "tables": True,
+        })  # fmt: skip
+        name = str(top.get("pipeline", self.path.stem))
+        if not _NAME.match(name):
+            self.problem("pipeline", f"{name!r} is not a valid name", "use lower_snake_case (it becomes the DAG id)")
+        elif name != self.path.stem:
+            self.problem("pipeline", f"name {name!r} differs from the file name", f"rename the file to {name}.yaml")
+        sources = {}
+        raw_sources = top.get("sources") or {}
+        if isinstance(raw_sources, dict):
+            for source_name, raw_source in raw_sources.items():
+                source = self.file_source(str(source_name), raw_source)
+                if source:
+                    sources[source.id] = source
+        else:
+            self.problem("sources", "expected a mapping of source name -> source", "see README 'Spec format'")
+        tables = {}
+        raw_tables = top.get("tables") or {}
+        if isinstance(raw_tables, dict) and raw_tables:
+            for table_id, raw_table in raw_tables.items():
+                table = self.table(str(table_id), raw_table)
+                if table:
+                    tables[table.id] = table
+        else:
+            self.problem("tables", "a pipeline needs at least one table", "add a 'tables:' mapping")
+        ordered = self.dependency_order(sources, tables)
+        pipeline = Pipeline(
+            name=name,
+            spec_path=self.path,
+            schedule=self.schedule(top.get("schedule")),
+            start_date=self.start_date(top.get("start_date")),
+            description=str(top.get("description", "")),
+            catchup=self.boolean("catchup", top.get("catchup", False)),
+            retries=self.count("retries", top.get("retries", 2), minimum=0),
+            tags=tuple(str(t) for t in top.get("tags") or ()),
+            owner=str(top.get("owner", "millpond")),
+            shuffle_partitions=self.count("shuffle_partitions", top.get("shuffle_partitions", 2), minimum=1),
+            sources=sources,
+            tables=ordered,
+        )
+        if self.problems:
+            raise SpecError(self.problems)
+        return pipeline
+
+    def schedule(self, value: Any) -> str:
+        text = str(value or "").strip()
+        if text in SCHEDULE_PRESETS or len(text.split()) == 5:
+            return text
+        self.problem("schedule", f"{text!r} is not a schedule", "use a 5-field cron ('0 * * * *') or @hourly/@daily")
+        return text
+
+    def start_date(self, value: Any) -> date:
+        if isinstance(value, date):
+            return value
+        try:
+            return datetime.strptime(str(value), "%Y-%m-%d").date()
+        except ValueError:
+            self.problem("start_date", f"{value!r} is not a date", "use a fixed date like 2026-11-01 (never 'now')")
+            return date(2026, 1, 1)
+
+    def boolean(self, where: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            self.problem(where, f"{value!r} is not true/false", "use true or false")
+        return bool(value)
+
+    def count(self, where: str, value: Any, minimum: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            self.problem(where, f"{value!r} is not a whole number >= {minimum}", f"use a whole number >= {minimum}")
+            return minimum
+        return value
+
+    # -- sources
+    def file_source(self, name: str, raw: Any) -> FileSource | None:
+        where = f"sources.{name}"
+        spec = self.fields(where, raw, {"format": True, "path": True, "schema": False, "options": False,
+                                        "rate_limit": False})  # fmt: skip
+        if not _NAME.match(name):
+            self.problem(where, f"{name!r} is not a valid source name", "use lower_snake_case")
+        fmt = str(spec.get("format", ""))
+        if spec and fmt not in FILE_FORMATS:
+            self.problem(f"{where}.format", f"unknown format {fmt!r}", f"use one of {', '.join(FILE_FORMATS)}")
+        schema = spec.get("schema")
+        if spec and not schema:
+            self.problem(f"{where}.schema", "a file source needs a schema (inferring one per run drifts silently)",
+                         "add 'schema:' with Spark DDL, e.g. 'id BIGINT, name STRING'")  # fmt: skip
+        elif schema:
+            self.ddl(f"{where}.schema", str(schema))
+        options = spec.get("options") or {}
+        if not isinstance(options, dict):
+            self.problem(f"{where}.options", "expected a mapping of reader options", "e.g. options: {header: 'true'}")
+            options = {}
+        path = str(spec.get("path", ""))
+        self.lake_path(f"{where}.path", path)
+        if not spec:
+            return None
+        return FileSource(
+            name=name, format=fmt, path=path, schema=str(schema or ""),
+            options={str(k): str(v) for k, v in options.items()},
+            rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit")),
+        )  # fmt: skip
+
+    def lake_path(self, where: str, path: str) -> None:
+        if not path:
+            return
+        if Path(path).is_absolute():
+            self.problem(where, f"{path!r} is absolute", "give a path relative to the lake root ($MILLPOND_LAKE)")
+            return
+        root = self.lake_root.resolve()
+        if not (root / path).resolve().is_relative_to(root):
+            self.problem(where, f"{path!r} points outside the lake root {root}", "keep paths inside $MILLPOND_LAKE")
+
+    def ddl(self, where: str, text: str) -> None:
+        """Light DDL check without a JVM: `name TYPE` pairs separated by top-level commas."""
+        depth, start, columns = 0, 0, []
+        for i, char in enumerate(text + ","):
+            depth += char in "<(" and 1 or char in ">)" and -1 or 0
+            if char == "," and depth == 0:
+                columns.append(text[start:i].strip())
+                start = i + 1
+        for column in columns:
+            parts = column.replace("`", "").split(None, 1)
+            base = parts[1].split("<")[0].split("(")[0].strip().lower() if len(parts) == 2 else ""
+            if len(parts) != 2 or base.split()[0] not in _DDL_TYPES:
+                self.problem(where, f"{column!r} is not 'name TYPE'", "write Spark DDL, e.g. 'Device STRING, x DOUBLE'")
+
+    def rate_limit(self, where: str, raw: Any) -> RateLimit:
+        if raw is None:
+            return RateLimit()
+        spec = self.fields(where, raw, {"max_files_per_trigger": False, "max_bytes_per_trigger": False})
+        files = spec.get("max_files_per_trigger")
+        if files is not None:
+            self.count(f"{where}.max_files_per_trigger", files, minimum=1)
+        size = spec.get("max_bytes_per_trigger")
+        if size is not None and not _BYTES.match(str(size)):
+            self.problem(f"{where}.max_bytes_per_trigger", f"{size!r} is not a size", "use e.g. 512m or 1g")
+        return RateLimit(files if isinstance(files, int) else None, str(size) if size is not None else None)
+
+    # -- tables
+    def table(self, table_id: str, raw: Any) -> Table | None:
+        where = f"tables.{table_id}"
+        spec = self.fields(where, raw, {
+            "from": True, "description": False, "transform": False, "watermark": False, "dedup": False,
+            "aggregate": False, "order_by": False, "output_mode": False, "trigger": False, "rate_limit": False,
+            "keys": False, "expectations": False,
+        })  # fmt: skip
+        if not _TABLE_ID.match(table_id):
+            self.problem(where, f"{table_id!r} is not '<layer>.<name>'",
+                         f"name tables <layer>.<lower_snake_name> with layer in {', '.join(LAYERS)}")  # fmt: skip
+            return None
+        if not spec:
+            return None
+        layer, name = table_id.split(".")
+        mode = str(spec.get("output_mode", "append"))
+        if mode not in OUTPUT_MODES:
+            self.problem(f"{where}.output_mode", f"unknown output mode {mode!r}", f"use one of {', '.join(OUTPUT_MODES)}")
+        table = Table(
+            layer=layer,
+            name=name,
+            source=normalize_table_id(str(spec.get("from", ""))),
+            description=str(spec.get("description", "")),
+            transform=self.transform(f"{where}.transform", spec.get("transform")),
+            watermark=self.watermark(f"{where}.watermark", spec.get("watermark")),
+            dedup_keys=self.columns(f"{where}.dedup.keys", (self.fields(f"{where}.dedup", spec["dedup"], {"keys": True})
+                                                             .get("keys") if "dedup" in spec else None)),
+            aggregate=self.aggregate(f"{where}.aggregate", spec.get("aggregate")),
+            order_by=self.columns(f"{where}.order_by", spec.get("order_by")),
+            output_mode=mode,
+            trigger=self.trigger(f"{where}.trigger", spec.get("trigger", "availableNow")),
+            rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit")),
+            keys=self.columns(f"{where}.keys", spec.get("keys")),
+            expectations=str(spec["expectations"]) if spec.get("expectations") else None,
+        )  # fmt: skip
+        self.streaming_rules(where, table)
+        return table
+
+    def columns(self, where: str, raw: Any) -> tuple[str, ...]:
+        if raw is None:
+            return ()
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not all(isinstance(c, str) and c for c in raw):
+            self.problem(where, f"{raw!r} is not a list of column names", "write e.g. [Device, Index]")
+            return ()
+        return tuple(raw)
+
+    def transform(self, where: str, raw: Any) -> Transform | None:
+        if raw is None:
+            return None
+        spec = self.fields(where, raw, {"sql": False, "function": False})
+        sql, function = spec.get("sql"), spec.get("function")
+        if bool(sql) == bool(function):
+            self.problem(where, "give exactly one of 'sql' or 'function'",
+                         "sql: SELECT ... FROM source  |  function: package.module:function")  # fmt: skip
+        if function and not _FUNCTION_REF.match(str(function)):
+            self.problem(f"{where}.function", f"{function!r} is not 'module:function'",
+                         "e.g. spark_jobs.transforms.activity:clean")  # fmt: skip
+        elif function and _find_module(str(function).split(":")[0]) is None:
+            self.problem(f"{where}.function", f"module {str(function).split(':')[0]!r} not found",
+                         "put transforms in spark_jobs/transforms/<pipeline>.py")  # fmt: skip
+        if sql and not re.search(r"\bsource\b", str(sql), re.IGNORECASE):
+            self.problem(f"{where}.sql", "the query does not read the view 'source'", "write ... FROM source")
+        return Transform(sql=str(sql) if sql else None, function=str(function) if function else None)
+
+    def watermark(self, where: str, raw: Any) -> Watermark | None:
+        if raw is None:
+            return None
+        spec = self.fields(where, raw, {"column": True, "delay": True})
+        self.duration(f"{where}.delay", spec.get("delay"))
+        return Watermark(str(spec.get("column", "")), str(spec.get("delay", "")))
+
+    def duration(self, where: str, value: Any) -> None:
+        if value is not None and not _DURATION.match(str(value).strip()):
+            self.problem(where, f"{value!r} is not a duration", "write e.g. '10 minutes' or '1 hour'")
+
+    def aggregate(self, where: str, raw: Any) -> Aggregate | None:
+        if raw is None:
+            return None
+        spec = self.fields(where, raw, {"group_by": False, "window": False, "measures": True})
+        window = None
+        if spec.get("window") is not None:
+            w = self.fields(f"{where}.window", spec["window"], {"column": True, "duration": True, "slide": False,
+                                                                 "as": False})  # fmt: skip
+            self.duration(f"{where}.window.duration", w.get("duration"))
+            self.duration(f"{where}.window.slide", w.get("slide"))
+            window = Window(str(w.get("column", "")), str(w.get("duration", "")),
+                            str(w["slide"]) if w.get("slide") else None, str(w.get("as", "window")))  # fmt: skip
+        measures = spec.get("measures") or {}
+        if not isinstance(measures, dict) or not measures:
+            self.problem(f"{where}.measures", "expected a mapping of output column -> aggregate expression",
+                         "e.g. measures: {total: count(*), avg_x: avg(x)}")  # fmt: skip
+            measures = {}
+        group_by = self.columns(f"{where}.group_by", spec.get("group_by"))
+        if not group_by and window is None:
+            self.problem(where, "an aggregation needs 'group_by' or 'window'", "add group_by: [column, ...]")
+        return Aggregate(group_by, tuple((str(k), str(v)) for k, v in measures.items()), window)
+
+    def trigger(self, where: str, raw: Any) -> Trigger:
+        if isinstance(raw, str) and raw in ("availableNow", "once"):
+            return Trigger(raw)
+        if isinstance(raw, dict) and set(raw) == {"processingTime"}:
+            self.duration(f"{where}.processingTime", raw["processingTime"])
+            return Trigger("processingTime", str(raw["processingTime"]))
+        self.problem(where, f"{raw!r} is not a trigger", "use availableNow (default), once, or {processingTime: '1 minute'}")
+        return Trigger()
+
+    def streaming_rules(self, where: str, table: Table) -> None:
+        """Reject what Structured Streaming would only reject at run time (or never, silently)."""
+        agg, mark = table.aggregate, table.watermark
+        if table.output_mode == "complete" and not agg:
+            self.problem(f"{where}.output_mode", "complete mode needs an aggregation",
+                         "add an 'aggregate:' block, or use output_mode: append")  # fmt: skip
+        if table.output_mode == "append" and agg:
+            event_cols = set(agg.group_by) | ({agg.window.column} if agg.window else set())
+            if not mark:
+                self.problem(f"{where}.aggregate", "an append-mode aggregation needs a watermark (rows are emitted only "
+                             "once their window is final)", "add 'watermark: {column: ..., delay: ...}' or use "
+                             "output_mode: complete")  # fmt: skip
+            elif mark.column not in event_cols:
+                self.problem(f"{where}.aggregate", f"append mode must group by the watermark column {mark.column!r} "
+                             "(or a window on it)", f"add window: {{column: {mark.column}, duration: ...}}")  # fmt: skip
+        if table.dedup_keys and not mark:
+            self.problem(f"{where}.dedup", "deduplication without a watermark keeps every key in state forever",
+                         "add 'watermark: {column: <event time>, delay: ...}'")  # fmt: skip
+        if table.order_by and not (agg and table.output_mode == "complete"):
+            self.problem(f"{where}.order_by", "sorting a stream is only supported after an aggregation in complete mode",
+                         "drop order_by (sort when you read the table) or aggregate in complete mode")  # fmt: skip
+        sql = table.transform.sql if table.transform else None
+        if sql and _ORDER_BY.search(sql):
+            self.problem(f"{where}.transform.sql", "ORDER BY on a stream is not supported (nor window functions)",
+                         "remove ORDER BY; sort when you read the table, or use order_by after a complete-mode "
+                         "aggregation")  # fmt: skip
+        if table.reads_landing and table.is_stateful:
+            self.problem(where, "a table reading landing files ingests them as they are (with quarantine)",
+                         "deduplicate or aggregate in a downstream table that reads this one")  # fmt: skip
+        if table.reads_landing and table.layer != "bronze":
+            self.problem(f"{where}.from", "only bronze tables read landing files", "read landing in a bronze table")
+
+    def dependency_order(self, sources: dict[str, FileSource], tables: dict[str, Table]) -> dict[str, Table]:
+        for table in tables.values():
+            known = table.source in sources or table.source in tables
+            if table.source and not known:
+                names = ", ".join([*sources, *tables])
+                self.problem(f"tables.{table.id}.from", f"unknown source or table {table.source!r}",
+                             f"read one of: {names}")  # fmt: skip
+            if table.source == table.id:
+                self.problem(f"tables.{table.id}.from", "a table cannot read itself", "read an upstream table")
+        ordered: dict[str, Table] = {}
+        visiting: list[str] = []
+
+        def visit(table_id: str) -> None:
+            if table_id in ordered or table_id not in tables:
+                return
+            if table_id in visiting:
+                cycle = " -> ".join([*visiting[visiting.index(table_id):], table_id])
+                self.problem(f"tables.{table_id}.from", f"tables form a cycle: {cycle}", "make one table read upstream")
+                return
+            visiting.append(table_id)
+            visit(tables[table_id].source)
+            visiting.pop()
+            ordered[table_id] = tables[table_id]
+
+        for table_id in tables:
+            visit(table_id)
+        return ordered
+
+
+def _join(where: str, key: Any) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _find_module(module: str) -> Any:
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+
+
+def validate_all(lake_root: Path | None = None) -> tuple[list[Pipeline], list[str]]:
+    """Load every spec; also reject two pipelines that write the same table (they would share its path)."""
+    pipelines, problems, owners = [], [], {}
+    for path in all_spec_paths():
+        try:
+            pipeline = load_pipeline(path, lake_root)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+            continue
+        pipelines.append(pipeline)
+        for table_id in pipeline.tables:
+            if table_id in owners:
+                problems.append(f"{path}: tables.{table_id}: also written by pipeline {owners[table_id]!r}. "
+                                "Fix: give one of them another table name")  # fmt: skip
+            owners[table_id] = pipeline.name
+    return pipelines, problems

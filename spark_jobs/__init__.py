@@ -1,0 +1,1 @@
+"""Code that runs inside the Spark driver: sources, the streaming contract, the runner (`main(argv)`)."""

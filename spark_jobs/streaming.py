@@ -1,0 +1,241 @@
+"""The one streaming contract every table goes through.
+
+Each table is a named query with its own checkpoint, the spec's trigger, awaitTermination and a raised error
+naming the table. Every micro-batch reaches Delta through `foreachBatch` with `txnAppId`/`txnVersion`, so a
+batch replayed after a crash (offsets logged, commit not yet) is skipped by Delta instead of written twice.
+The app id is the checkpoint's query id: a new checkpoint never inherits an old one's transaction history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.utils import CapturedException
+
+from millpond import paths
+from millpond.spec import Pipeline, Table
+from spark_jobs import sources
+from spark_jobs.plan import plan_table
+
+FAULT_ENV = "MILLPOND_FAULT"  # "<table id>:<point>[:<batch id>]": SIGKILL this process there (fault-injection tests)
+
+
+class TableFailed(RuntimeError):
+    def __init__(self, table_id: str, message: str, result: TableResult | None = None):
+        super().__init__(f"table {table_id} failed: {message}")
+        self.table_id, self.result = table_id, result
+
+
+class CheckpointMissing(RuntimeError):
+    pass
+
+
+@dataclass
+class RunContext:
+    """Who asked for this run and for which data interval: ties every event-log row to its Airflow run."""
+
+    run_id: str
+    trigger: str = "manual"
+    data_interval_start: datetime | None = None
+    data_interval_end: datetime | None = None
+
+
+@dataclass
+class TableResult:
+    table: str
+    layer: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    micro_batches: int = 0
+    rows_in: int = 0
+    rows_written: int = 0
+    rows_quarantined: int = 0
+    rows_dropped_by_watermark: int = 0
+    state_rows: int = 0
+    version_before: int = -1
+    version_after: int = -1
+    outcome: str = "running"
+    error: str | None = None
+    full_refresh: bool = False
+    batch_ids: list[int] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return ((self.ended_at or datetime.now(UTC)) - self.started_at).total_seconds()
+
+
+def delta_version(path: Path) -> int:
+    """Latest committed version from the log's file names: no Spark job, -1 if the table does not exist."""
+    log = path / "_delta_log"
+    versions = [int(p.name.split(".")[0]) for p in log.glob("*.json") if p.name.split(".")[0].isdigit()]
+    return max(versions, default=-1)
+
+
+def checkpoint_query_id(checkpoint: Path) -> str:
+    """The checkpoint's stable query id (Spark's `metadata` file), written by us first if the checkpoint is new."""
+    metadata = checkpoint / "metadata"
+    if metadata.exists():
+        return json.loads(metadata.read_text().splitlines()[0])["id"]
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    query_id = str(uuid.uuid4())
+    tmp = checkpoint / ".metadata.tmp"
+    tmp.write_text(json.dumps({"id": query_id}) + "\n")
+    tmp.replace(metadata)
+    return query_id
+
+
+def inject_fault(table_id: str, point: str, batch_id: int | None = None) -> None:
+    wanted = os.environ.get(FAULT_ENV, "").split(":")
+    if len(wanted) >= 2 and wanted[0] == table_id and wanted[1] == point:
+        if len(wanted) == 2 or batch_id is None or int(wanted[2]) == batch_id:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class BatchWriter:
+    """foreachBatch target: idempotent Delta writes of one table (and its quarantine) per micro-batch."""
+
+    def __init__(self, spark: SparkSession, table: Table, app_id: str, run: RunContext, result: TableResult):
+        self.spark, self.table, self.app_id, self.run, self.result = spark, table, app_id, run, result
+        self.path = str(paths.table_path(table.id))
+        self.quarantine = str(paths.quarantine_path(table.id))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.result.micro_batches += 1
+        self.result.batch_ids.append(batch_id)
+        inject_fault(self.table.id, "before_write", batch_id)
+        if self.table.reads_landing:
+            self.write_landing_batch(batch, batch_id)
+        elif self.table.output_mode == "complete":
+            self.write(batch, self.path, "overwrite", batch_id)
+        else:
+            self.write(batch, self.path, "append", batch_id)
+        inject_fault(self.table.id, "after_write", batch_id)
+
+    def write(self, df: DataFrame, path: str, mode: str, batch_id: int) -> None:
+        (
+            df.write.format("delta").mode(mode)
+            .option("txnAppId", self.app_id).option("txnVersion", batch_id)
+            .save(path)
+        )  # fmt: skip
+
+    def write_landing_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """Split parsed lines: well-formed rows to the table, the rest (raw text + reason) to its quarantine."""
+        ingested_at = F.lit(datetime.now(UTC)).cast("timestamp")
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = {row["bad"]: row["count"] for row in batch.groupBy(F.col(sources.ERROR).isNotNull().alias("bad"))
+                      .count().collect()}  # fmt: skip
+            self.result.rows_in += sum(counts.values())
+            good_columns = [c for c in batch.columns if c not in (sources.RAW, sources.ERROR)]
+            good = batch.where(F.col(sources.ERROR).isNull()).select(*good_columns, ingested_at.alias("_ingested_at"))
+            self.write(good, self.path, "append", batch_id)
+            if counts.get(True):
+                bad = batch.where(F.col(sources.ERROR).isNotNull()).select(
+                    F.col(sources.RAW).alias("raw"),
+                    F.col(sources.SOURCE_FILE).alias("source_file"),
+                    F.col(sources.ERROR).alias("reason"),
+                    F.lit("parse").alias("rule"),
+                    F.lit(self.run.run_id).alias("run_id"),
+                    ingested_at.alias("quarantined_at"),
+                )
+                inject_fault(self.table.id, "between_writes", batch_id)
+                self.write(bad, self.quarantine, "append", batch_id)
+        finally:
+            batch.unpersist()
+
+
+def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext, result: TableResult):
+    checkpoint = paths.checkpoint_path(pipeline.name, table.id)
+    app_id = f"millpond:{checkpoint_query_id(checkpoint)}"
+    df = plan_table(sources.read_table_source(spark, pipeline, table), table)
+    writer = (
+        df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
+        .option("checkpointLocation", str(checkpoint))
+        .outputMode(table.output_mode)
+        .foreachBatch(BatchWriter(spark, table, app_id, run, result))
+    )
+    if table.trigger.kind == "availableNow":
+        writer = writer.trigger(availableNow=True)
+    elif table.trigger.kind == "once":
+        writer = writer.trigger(once=True)
+    else:
+        writer = writer.trigger(processingTime=table.trigger.interval)
+    return writer.start()
+
+
+def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext, full_refresh: bool) -> TableResult:
+    """Drain what is new for one table, then record what happened; raises TableFailed naming the table."""
+    path, quarantine = paths.table_path(table.id), paths.quarantine_path(table.id)
+    result = TableResult(table.id, table.layer, datetime.now(UTC), full_refresh=full_refresh)
+    result.version_before, quarantine_before = delta_version(path), delta_version(quarantine)
+    error = None
+    try:
+        check_checkpoint(pipeline, table)
+        query = start_query(spark, pipeline, table, run, result)
+        if table.trigger.kind == "processingTime":
+            query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
+            query.stop()
+        query.awaitTermination()
+        collect_progress(query, table, result)
+    except CapturedException as exc:
+        error = _first_line(exc)
+    except CheckpointMissing as exc:
+        error = str(exc)
+    result.ended_at = datetime.now(UTC)
+    result.version_after = delta_version(path)
+    result.outcome = "failed" if error else "succeeded"
+    result.error = error
+    result.rows_written = rows_written(spark, path, result.version_before, result.version_after, table)
+    result.rows_quarantined = rows_written(spark, quarantine, quarantine_before, delta_version(quarantine), table)
+    if error:
+        raise TableFailed(table.id, error, result)
+    inject_fault(table.id, "after_table")
+    return result
+
+
+def check_checkpoint(pipeline: Pipeline, table: Table) -> None:
+    """A table with data but no checkpoint would be re-ingested from scratch: refuse instead of duplicating."""
+    if delta_version(paths.table_path(table.id)) >= 0 and not (paths.checkpoint_path(pipeline.name, table.id) / "offsets").exists():
+        raise CheckpointMissing(
+            f"its checkpoint {paths.checkpoint_path(pipeline.name, table.id)} is missing but the table has data; "
+            f"re-reading the source would duplicate rows. Fix: `millpond run {pipeline.name} --full-refresh {table.id}`",
+        )
+
+
+def collect_progress(query, table: Table, result: TableResult) -> None:
+    progresses = query.recentProgress
+    if not table.reads_landing:
+        result.rows_in = sum(p.numInputRows for p in progresses)
+    for progress in progresses:
+        for state in progress.stateOperators:
+            result.rows_dropped_by_watermark += state.numRowsDroppedByWatermark
+    if progresses and progresses[-1].stateOperators:
+        result.state_rows = sum(s.numRowsTotal for s in progresses[-1].stateOperators)
+
+
+def rows_written(spark: SparkSession, path: Path, before: int, after: int, table: Table) -> int:
+    """Rows committed between two versions, from Delta's own commit metrics (replays skipped by txn count 0)."""
+    if after <= before:
+        return 0
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, str(path)).history(after - before).collect()
+    counts = [int((h["operationMetrics"] or {}).get("numOutputRows", 0)) for h in history if h["version"] > before]
+    if table.output_mode == "complete" and path == paths.table_path(table.id):
+        return counts[0] if counts else 0  # the newest overwrite is the table
+    return sum(counts)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:2000] if text else type(exc).__name__
+

@@ -1,0 +1,29 @@
+"""Shared fixtures: one session-scoped local Spark (Delta, UI off, 2 shuffle partitions) and a lake per test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["TZ"] = "UTC"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from spark_jobs.session import build_spark_session
+
+    session = build_spark_session("millpond-tests", shuffle_partitions=2)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "lake"
+    root.mkdir()
+    monkeypatch.setenv("MILLPOND_LAKE", str(root))
+    return root

@@ -1,0 +1,52 @@
+"""Read the activity tables back with Spark in the same shape as tests/reference.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from millpond import paths
+
+ISO = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
+
+
+def read(spark, table_id: str):
+    return spark.read.format("delta").load(str(paths.table_path(table_id)))
+
+
+def silver_keys(spark) -> list[tuple]:
+    from pyspark.sql import functions as F
+
+    rows = read(spark, "silver.activity").select("Device", "Index", F.date_format("Recorded_At", ISO).alias("t"))
+    return sorted((r.Device, r.Index, r.t) for r in rows.collect())
+
+
+def device_counts(spark) -> dict[str, int]:
+    return {r.Device: r.total_recordings for r in read(spark, "gold.device_counts").collect()}
+
+
+def hourly(spark) -> dict[tuple, dict]:
+    from pyspark.sql import functions as F
+
+    rows = read(spark, "gold.activity_hourly").select(F.date_format("hour", ISO).alias("hour"), "gt", "recordings",
+                                                      "avg_x", "avg_y", "avg_z").collect()  # fmt: skip
+    return {(r.hour, r.gt): {k: r[k] for k in ("recordings", "avg_x", "avg_y", "avg_z")} for r in rows}
+
+
+def assert_matches_reference(spark, reference) -> None:
+    """Row counts AND keys AND every gold value: a distinct count alone would hide duplicates."""
+    bronze = read(spark, "bronze.activity")
+    assert bronze.count() == len(reference.bronze)
+    quarantine_path = paths.quarantine_path("bronze.activity")
+    quarantined = spark.read.format("delta").load(str(quarantine_path)).count() if Path(quarantine_path).exists() else 0
+    assert quarantined == reference.quarantined
+    assert bronze.count() + quarantined == reference.lines
+    keys = silver_keys(spark)
+    assert len(keys) == len(set(keys)), "duplicate keys in silver"
+    assert keys == sorted(reference.silver)
+    assert device_counts(spark) == reference.device_counts
+    actual = hourly(spark)
+    assert set(actual) == set(reference.hourly)
+    for key, expected in reference.hourly.items():
+        assert actual[key]["recordings"] == expected["recordings"], key
+        for column in ("avg_x", "avg_y", "avg_z"):
+            assert abs(actual[key][column] - expected[column]) < 1e-9, (key, column)

@@ -1,0 +1,43 @@
+"""Sample data lands atomically and continues the feed where the last round stopped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from millpond.generate import activity_files
+
+pytestmark = pytest.mark.unit
+
+
+def test_files_land_complete_under_final_names_only(tmp_path):
+    landed = activity_files(tmp_path, files=3, rows=50, seed=1)
+    assert [p.name for p in landed] == ["activity-000000.json", "activity-000001.json", "activity-000002.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in landed]  # no temp files left
+    records = [json.loads(line) for line in landed[0].read_text().splitlines()]
+    assert len(records) == 50
+    assert set(records[0]) == {"Recorded_At", "Device", "Index", "Model", "User", "gt", "x", "y", "z"}
+
+
+def test_next_round_continues_numbering_and_event_time(tmp_path):
+    activity_files(tmp_path, files=2, rows=20, seed=1)
+    second = activity_files(tmp_path, files=1, rows=20, seed=2)
+    assert second[0].name == "activity-000002.json"
+    first_times = [json.loads(x)["Recorded_At"] for x in (tmp_path / "activity-000001.json").read_text().splitlines()]
+    later_times = [json.loads(x)["Recorded_At"] for x in second[0].read_text().splitlines()]
+    assert min(later_times) > max(first_times)
+
+
+def test_duplicates_and_malformed_rates_are_applied(tmp_path):
+    lines = activity_files(tmp_path, files=1, rows=2000, duplicates=0.1, malformed=0.05, seed=3)[0].read_text().splitlines()
+    assert 0.05 < 1 - len(set(lines)) / len(lines) < 0.15
+
+    def parses(line):
+        try:
+            return isinstance(json.loads(line), dict) and not isinstance(json.loads(line).get("x", 0.0), str)
+        except ValueError:
+            return False
+
+    bad = sum(not parses(line) for line in lines)
+    assert 40 < bad < 160

@@ -1,0 +1,142 @@
+"""Spec validation: every rejection names the file, the field and the fix, before any Spark starts."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from millpond.spec import SpecError, all_spec_paths, load_pipeline, validate_all
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+ACTIVITY = yaml.safe_load((REPO / "pipelines" / "activity.yaml").read_text())
+
+
+def write_spec(tmp_path: Path, spec: dict, name: str = "activity") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def problems_for(tmp_path: Path, mutate) -> str:
+    spec = copy.deepcopy(ACTIVITY)
+    mutate(spec)
+    path = write_spec(tmp_path, spec)
+    with pytest.raises(SpecError) as caught:
+        load_pipeline(path, lake_root=tmp_path / "lake")
+    text = str(caught.value)
+    assert str(path) in text  # every problem names the file
+    assert "Fix:" in text
+    return text
+
+
+def test_every_shipped_spec_is_valid():
+    pipelines, problems = validate_all()
+    assert problems == []
+    assert {p.name for p in pipelines} == {p.stem for p in all_spec_paths()} >= {"activity"}
+
+
+def test_activity_spec_loads_into_frozen_objects_in_dependency_order(tmp_path):
+    pipeline = load_pipeline(REPO / "pipelines" / "activity.yaml", lake_root=tmp_path)
+    assert list(pipeline.tables) == ["bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly"]
+    silver = pipeline.table("silver/activity")  # the lake-path spelling works too
+    assert silver.dedup_keys == ("Device", "Index", "Recorded_At")
+    assert silver.watermark.delay == "1 hour"
+    assert pipeline.tables["gold.activity_hourly"].aggregate.window.alias == "hour"
+    assert pipeline.downstream(["silver.activity"]) == ["silver.activity", "gold.device_counts", "gold.activity_hourly"]
+    with pytest.raises(AttributeError):
+        silver.output_mode = "complete"  # frozen
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "message"),
+    [
+        (lambda s: s["tables"]["silver.activity"].update(dedupe={"keys": ["Device"]}), "tables.silver.activity.dedupe",
+         "unknown field 'dedupe'"),
+        (lambda s: s.update(schedul="@daily"), "schedul", "unknown field"),
+        (lambda s: s["sources"]["activity"].update(format="xml"), "sources.activity.format", "unknown format 'xml'"),
+        (lambda s: s["sources"]["activity"].pop("schema"), "sources.activity.schema", "needs a schema"),
+        (lambda s: s["sources"]["activity"].update(schema="Device STRNG"), "sources.activity.schema",
+         "is not 'name TYPE'"),
+        (lambda s: s["tables"]["gold.device_counts"].pop("aggregate"), "tables.gold.device_counts.output_mode",
+         "complete mode needs an aggregation"),
+        (lambda s: s["tables"]["gold.activity_hourly"].update(output_mode="append"),
+         "tables.gold.activity_hourly.aggregate", "needs a watermark"),
+        (lambda s: s["tables"]["silver.activity"].update(order_by=["Device"]), "tables.silver.activity.order_by",
+         "sorting a stream"),
+        (lambda s: s["tables"]["silver.activity"]["transform"].update(sql="SELECT * FROM source ORDER BY Device"),
+         "tables.silver.activity.transform.sql", "ORDER BY on a stream"),
+        (lambda s: s["tables"]["gold.device_counts"].update({"from": "silver.activty"}),
+         "tables.gold.device_counts.from", "unknown source or table 'silver.activty'"),
+        (lambda s: s["tables"]["bronze.activity"].update({"from": "gold.device_counts"}), "tables.bronze.activity.from",
+         "tables form a cycle"),
+        (lambda s: s["sources"]["activity"].update(path="../../etc"), "sources.activity.path",
+         "points outside the lake root"),
+        (lambda s: s["sources"]["activity"].update(path="/var/data"), "sources.activity.path", "is absolute"),
+        (lambda s: s["tables"]["silver.activity"].pop("watermark"), "tables.silver.activity.dedup",
+         "without a watermark"),
+        (lambda s: s["tables"]["silver.activity"]["watermark"].update(delay="an hour"),
+         "tables.silver.activity.watermark.delay", "is not a duration"),
+        (lambda s: s["tables"]["silver.activity"].update(trigger="continuous"), "tables.silver.activity.trigger",
+         "is not a trigger"),
+        (lambda s: s["tables"]["silver.activity"].update(transform={"function": "no_such_module:clean"}),
+         "tables.silver.activity.transform.function", "not found"),
+        (lambda s: s.update(schedule="every hour"), "schedule", "is not a schedule"),
+        (lambda s: s["sources"]["activity"].update(rate_limit={"max_files_per_trigger": 0}),
+         "sources.activity.rate_limit.max_files_per_trigger", "whole number"),
+        (lambda s: s["tables"].update({"platinum.x": {"from": "gold.device_counts"}}), "tables.platinum.x",
+         "is not '<layer>.<name>'"),
+        (lambda s: s["tables"]["bronze.activity"].update(dedup={"keys": ["Device"]}), "tables.bronze.activity",
+         "ingests them as they are"),
+    ],
+)
+def test_rejections_name_field_and_fix(tmp_path, mutate, field, message):
+    text = problems_for(tmp_path, mutate)
+    assert f": {field}: " in text
+    assert message in text
+
+
+def test_all_problems_are_reported_at_once(tmp_path):
+    def two_problems(spec):
+        spec["sources"]["activity"]["format"] = "xml"
+        spec["tables"]["gold.device_counts"]["from"] = "nowhere.table"
+
+    text = problems_for(tmp_path, two_problems)
+    assert "unknown format" in text and "unknown source or table" in text
+
+
+def test_unknown_field_suggests_the_closest_name(tmp_path):
+    text = problems_for(tmp_path, lambda s: s["tables"]["silver.activity"].update(watermerk={}))
+    assert "did you mean 'watermark'?" in text
+
+
+def test_cli_validate_rejects_before_spark_starts(tmp_path):
+    spec = copy.deepcopy(ACTIVITY)
+    spec["tables"]["gold.device_counts"].pop("aggregate")
+    write_spec(tmp_path, spec)
+    env = {"MILLPOND_PIPELINES": str(tmp_path), "MILLPOND_LAKE": str(tmp_path / "lake"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "millpond.cli", "validate"], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert "complete mode needs an aggregation" in done.stderr
+    run = subprocess.run([sys.executable, "-m", "millpond.cli", "run", "activity"], env=env, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 2
+    assert "complete mode needs an aggregation" in run.stderr
+    assert not (tmp_path / "lake" / "_system").exists()  # nothing started, nothing written
+
+
+def test_two_pipelines_writing_one_table_are_rejected(tmp_path, monkeypatch):
+    write_spec(tmp_path, ACTIVITY)
+    other = copy.deepcopy(ACTIVITY)
+    other["pipeline"] = "other"
+    write_spec(tmp_path, other, name="other")
+    monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path))
+    _, problems = validate_all(tmp_path / "lake")
+    assert any("also written by pipeline 'activity'" in p for p in problems)
