@@ -53,9 +53,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Each table's path, row count and version from its Delta log, and the last run's outcome (no JVM)."""
     from millpond.delta_log import table_state
 
+    from millpond import run_summary
+
     pipeline = load_pipeline(args.pipeline)
-    runs = sorted((paths.system_path("runs") / pipeline.name).glob("*.json"), key=lambda p: p.stat().st_mtime)
-    last = {t["table"]: t for t in json.loads(runs[-1].read_text())["tables"]} if runs else {}
+    summary = run_summary.latest(pipeline.name)
+    last = {t["table"]: t for t in summary["tables"]} if summary else {}
     rows = []
     for table_id in pipeline.tables:
         for path in (paths.table_path(table_id), paths.quarantine_path(table_id)):
@@ -73,8 +75,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         rows_text = "-" if row["rows"] is None else row["rows"]
         print(f"{row['path']:<60} {rows_text:>9} {row['version'] if row['version'] is not None else '-':>7}  "
               f"{row['last_run']}")  # fmt: skip
-    if runs:
-        print(f"last run summary: {runs[-1]}")
+    if summary:
+        print(f"last run: {summary['run_id']} -> {run_summary.summary_path(pipeline.name, summary['run_id'])}")
     return 0
 
 

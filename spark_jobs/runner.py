@@ -105,7 +105,6 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
         if failed:
             results.append(TableResult(table_id, table.layer, datetime.now(UTC), ended_at=datetime.now(UTC),
                                        outcome="skipped", error=f"upstream run stopped at {failed}"))  # fmt: skip
-            event_log.append(spark, pipeline.name, run, results[-1])
             continue
         try:
             result = run_table(spark, pipeline, table, run, table_id in refresh)
@@ -115,8 +114,8 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
                                                outcome="failed", error=str(exc))  # fmt: skip
             print(f"millpond: {exc}", file=sys.stderr)
         results.append(result)
-        event_log.append(spark, pipeline.name, run, result)
         print(format_result(result), flush=True)
+    event_log.append(spark, pipeline.name, run, results)
     summary = event_log.write_run_summary(pipeline.name, run, results)
     print(f"millpond: run {run_id} {'FAILED at ' + failed if failed else 'succeeded'}; summary {summary}")
     return 1 if failed else 0
