@@ -47,6 +47,7 @@ class RunContext:
     trigger: str = "manual"
     data_interval_start: datetime | None = None
     data_interval_end: datetime | None = None
+    quarantine_failures: tuple[str, ...] = ()  # gated tables whose `fail` rows are quarantined in this run only
 
 
 @dataclass
@@ -67,6 +68,29 @@ class TableResult:
     error: str | None = None
     full_refresh: bool = False
     batch_ids: list[int] = field(default_factory=list)
+    gate: dict | None = None  # data-quality gate summary (gated tables only): suite, outcome, failures, report
+
+    def record_gate(self, report) -> None:
+        """Fold one validated batch into the table's gate summary (the run summary and the Airflow gate read it)."""
+        gate = self.gate or {"suite": report.suite, "outcome": "passed", "batches": 0, "rows_validated": 0,
+                             "rows_set_aside": 0, "failed_expectations": [], "warnings": [], "report_path": None}
+        gate["batches"] += 1
+        gate["rows_validated"] += report.element_count
+        gate["rows_set_aside"] += report.rows_dropped
+        gate["report_path"] = report.report_path
+        from millpond import reports
+
+        gate["index_path"] = str(reports.index_path())
+        order = ("passed", "warned", "quarantined", "failed")
+        gate["outcome"] = max(gate["outcome"], report.outcome, key=order.index)
+        for o in report.outcomes:
+            if o.success:
+                continue
+            item = {"expectation": o.rule.name, "column": o.rule.column, "severity": o.rule.severity,
+                    "unexpected_count": o.unexpected_count, "batch_id": report.batch_id}  # fmt: skip
+            blocking = o in report.blocking
+            gate["failed_expectations" if blocking else "warnings"].append(item)
+        self.gate = gate
 
     @property
     def seconds(self) -> float:
@@ -103,22 +127,35 @@ def inject_fault(table_id: str, point: str, batch_id: int | None = None) -> None
 class BatchWriter:
     """foreachBatch target: idempotent Delta writes of one table (and its quarantine) per micro-batch."""
 
-    def __init__(self, spark: SparkSession, table: Table, app_id: str, run: RunContext, result: TableResult):
+    def __init__(self, spark: SparkSession, table: Table, app_id: str, run: RunContext, result: TableResult,
+                 gate=None):  # fmt: skip
         self.spark, self.table, self.app_id, self.run, self.result = spark, table, app_id, run, result
         self.path = str(paths.table_path(table.id))
         self.quarantine = str(paths.quarantine_path(table.id))
+        self.gate = gate  # spark_jobs.quality.Gate for a table with an expectations suite
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.result.micro_batches += 1
         self.result.batch_ids.append(batch_id)
         inject_fault(self.table.id, "before_write", batch_id)
-        if self.table.reads_landing:
+        if self.gate is not None:
+            self.write_gated_batch(batch, batch_id)
+        elif self.table.reads_landing:
             self.write_landing_batch(batch, batch_id)
-        elif self.table.output_mode == "complete":
-            self.write(batch, self.path, "overwrite", batch_id)
         else:
-            self.write(batch, self.path, "append", batch_id)
+            self.write_replayable(batch, batch_id, "overwrite" if self.table.output_mode == "complete" else "append")
         inject_fault(self.table.id, "after_write", batch_id)
+
+    def write_replayable(self, batch: DataFrame, batch_id: int, mode: str) -> None:
+        """Write, and if Delta skipped a batch it already holds (replay after a crash), still run the plan.
+
+        Stateful operators commit their state stores only when the batch executes, and Spark 4.2 fails a batch
+        whose state stores did not all commit: a skipped write must be followed by a `noop` execution.
+        """
+        before = delta_version(Path(self.path))
+        self.write(batch, self.path, mode, batch_id)
+        if delta_version(Path(self.path)) == before:
+            batch.write.format("noop").mode("overwrite").save()
 
     def write(self, df: DataFrame, path: str, mode: str, batch_id: int) -> None:
         (
@@ -126,6 +163,38 @@ class BatchWriter:
             .option("txnAppId", self.app_id).option("txnVersion", batch_id)
             .save(path)
         )  # fmt: skip
+
+    def write_gated_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """Write-audit-publish: validate the batch, then write passing rows and set-aside rows, or nothing.
+
+        A failed `fail` expectation raises before any write, so this batch id stays uncommitted in the checkpoint
+        and the next run replays exactly these rows (the table and downstream stay as they were). Set-aside rows
+        share the batch's txnVersion with the table write, so a replay after a crash writes neither twice.
+        """
+        from spark_jobs.quality import GateFailed
+
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)  # GX runs several jobs on it; compute the batch once
+        try:
+            if batch.isEmpty():  # e.g. the no-data batch a stateful query runs to advance its watermark
+                self.write(batch, self.path, "overwrite" if self.table.output_mode == "complete" else "append", batch_id)
+                return
+            report = self.gate.validate(batch, batch_id)
+            good, bad = self.gate.split(batch, report)
+            if bad is not None:
+                bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
+                report.rows_dropped = bad.count()
+            self.gate.publish(report)
+            self.result.record_gate(report)
+            if report.blocking:
+                raise GateFailed(report)
+            mode = "overwrite" if self.table.output_mode == "complete" else "append"
+            self.write(good, self.path, mode, batch_id)
+            if bad is not None:
+                inject_fault(self.table.id, "between_writes", batch_id)
+                self.write(bad, self.quarantine, "append", batch_id)
+                bad.unpersist()
+        finally:
+            batch.unpersist()
 
     def write_landing_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Split parsed lines: well-formed rows to the table, the rest (raw text + reason) to its quarantine."""
@@ -161,7 +230,7 @@ def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunC
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
         .option("checkpointLocation", str(checkpoint))
         .outputMode(table.output_mode)
-        .foreachBatch(BatchWriter(spark, table, app_id, run, result))
+        .foreachBatch(BatchWriter(spark, table, app_id, run, result, gate_for(spark, pipeline, table, run)))
     )
     if table.trigger.kind == "availableNow":
         writer = writer.trigger(availableNow=True)
@@ -170,6 +239,17 @@ def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunC
     else:
         writer = writer.trigger(processingTime=table.trigger.interval)
     return writer.start()
+
+
+def gate_for(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext):
+    """The table's data-quality gate, or None when it has no expectations suite (GX is imported only then)."""
+    if not table.expectations:
+        return None
+    if table.reads_landing:
+        raise ValueError(f"{table.id}: a table reading landing files cannot be gated (gate the table reading it)")
+    from spark_jobs.quality import Gate
+
+    return Gate(spark, pipeline.name, table, run.run_id, quarantine_failures=table.id in run.quarantine_failures)
 
 
 def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext, full_refresh: bool) -> TableResult:
@@ -194,12 +274,23 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
     result.version_after = delta_version(path)
     result.outcome = "failed" if error else "succeeded"
     result.error = error
+    if result.gate and result.gate["outcome"] == "failed":
+        result.outcome = "gate_failed"  # the query stopped on purpose: the gate raised before writing the batch
+        result.error = error = gate_message(table, result)
     result.rows_written = rows_written(spark, path, result.version_before, result.version_after, table)
     result.rows_quarantined = rows_written(spark, quarantine, quarantine_before, delta_version(quarantine), table)
     if error:
         raise TableFailed(table.id, error, result)
     inject_fault(table.id, "after_table")
     return result
+
+
+def gate_message(table: Table, result: TableResult) -> str:
+    gate = result.gate or {}
+    failures = "; ".join(f"expectation {f['expectation']} ({f['severity']}) failed with {f['unexpected_count']} "
+                         "unexpected rows" for f in gate.get("failed_expectations", []))  # fmt: skip
+    return (f"data-quality gate failed: suite {gate.get('suite')}: {failures}. Report: {gate.get('report_path')} "
+            f"(index {gate.get('index_path')}). {table.id} and its downstream tables are unchanged")  # fmt: skip
 
 
 def check_checkpoint(pipeline: Pipeline, table: Table) -> None:
