@@ -35,7 +35,8 @@ def read_landing(spark: SparkSession, source: FileSource) -> DataFrame:
     location = str(paths.landing_path(source.path))
     if source.format == "json":
         lines = spark.readStream.format("text").options(**options).load(location)
-        return parse_json_lines(lines, schema, source.options)
+        return parse_json_lines(lines.select("value", F.col("_metadata.file_path").alias(SOURCE_FILE)), schema,
+                                source.options)  # fmt: skip
     if source.format == "csv":
         typed = StructType([*schema.fields]).add(_CORRUPT, "string")
         raw = (
@@ -60,12 +61,12 @@ def read_landing(spark: SparkSession, source: FileSource) -> DataFrame:
 
 
 def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, str] | None = None) -> DataFrame:
-    """Parse NDJSON text rows (`value`) against the schema; blank lines are dropped, bad lines get a reason."""
+    """Parse NDJSON rows (`value`, `_source_file`) against the schema; blank lines dropped, bad ones get a reason."""
     value = F.col("value")
     parse_options = {**(options or {}), "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
     parsed = lines.where(F.trim(value) != "").select(
         value,
-        F.col("_metadata.file_path").alias(SOURCE_FILE),
+        F.col(SOURCE_FILE),
         F.from_json(value, StructType([*schema.fields]).add(_CORRUPT, "string"), parse_options).alias("j"),
     )
     return parsed.select(
