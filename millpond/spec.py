@@ -164,7 +164,8 @@ class Pipeline:
         try:
             return self.tables[normalize_table_id(table_id)]
         except KeyError:
-            raise SpecError([f"{self.spec_path}: unknown table {table_id!r}; tables: {', '.join(self.tables)}"]) from None
+            known = ", ".join(self.tables)
+            raise SpecError([f"{self.spec_path}: unknown table {table_id!r}; tables: {known}"]) from None
 
     def downstream(self, table_ids: list[str]) -> list[str]:
         """The tables given plus every table that reads from them, in dependency order."""
@@ -223,7 +224,8 @@ class _Loader:
     def fields(self, where: str, raw: Any, allowed: dict[str, bool]) -> dict[str, Any]:
         """Check a mapping against its allowed fields (name -> required); unknown names are errors."""
         if not isinstance(raw, dict):
-            self.problem(where or "(top level)", f"expected a mapping, got {type(raw).__name__}", "see README 'Spec format'")
+            got = type(raw).__name__
+            self.problem(where or "(top level)", f"expected a mapping, got {got}", "see README 'Spec format'")
             return {}
         for key in raw:
             if key not in allowed:
@@ -394,7 +396,8 @@ class _Loader:
         layer, name = table_id.split(".")
         mode = str(spec.get("output_mode", "append"))
         if mode not in OUTPUT_MODES:
-            self.problem(f"{where}.output_mode", f"unknown output mode {mode!r}", f"use one of {', '.join(OUTPUT_MODES)}")
+            modes = ", ".join(OUTPUT_MODES)
+            self.problem(f"{where}.output_mode", f"unknown output mode {mode!r}", f"use one of {modes}")
         table = Table(
             layer=layer,
             name=name,
@@ -482,7 +485,8 @@ class _Loader:
         if isinstance(raw, dict) and set(raw) == {"processingTime"}:
             self.duration(f"{where}.processingTime", raw["processingTime"])
             return Trigger("processingTime", str(raw["processingTime"]))
-        self.problem(where, f"{raw!r} is not a trigger", "use availableNow (default), once, or {processingTime: '1 minute'}")
+        self.problem(where, f"{raw!r} is not a trigger",
+                     "use availableNow (default), once, or {processingTime: '1 minute'}")
         return Trigger()
 
     def streaming_rules(self, where: str, table: Table) -> None:
@@ -494,17 +498,19 @@ class _Loader:
         if table.output_mode == "append" and agg:
             event_cols = set(agg.group_by) | ({agg.window.column} if agg.window else set())
             if not mark:
-                self.problem(f"{where}.aggregate", "an append-mode aggregation needs a watermark (rows are emitted only "
-                             "once their window is final)", "add 'watermark: {column: ..., delay: ...}' or use "
+                self.problem(f"{where}.aggregate", "an append-mode aggregation needs a watermark (rows are emitted "
+                             "only once their window is final)", "add 'watermark: {column: ..., delay: ...}' or use "
                              "output_mode: complete")  # fmt: skip
             elif mark.column not in event_cols:
                 self.problem(f"{where}.aggregate", f"append mode must group by the watermark column {mark.column!r} "
-                             "(or a window on it)", f"add window: {{column: {mark.column}, duration: ...}}")  # fmt: skip
+                             "(or a window on it)",
+                             f"add window: {{column: {mark.column}, duration: ...}}")  # fmt: skip
         if table.dedup_keys and not mark:
             self.problem(f"{where}.dedup", "deduplication without a watermark keeps every key in state forever",
                          "add 'watermark: {column: <event time>, delay: ...}'")  # fmt: skip
         if table.order_by and not (agg and table.output_mode == "complete"):
-            self.problem(f"{where}.order_by", "sorting a stream is only supported after an aggregation in complete mode",
+            self.problem(f"{where}.order_by",
+                         "sorting a stream is only supported after an aggregation in complete mode",
                          "drop order_by (sort when you read the table) or aggregate in complete mode")  # fmt: skip
         sql = table.transform.sql if table.transform else None
         if sql and _ORDER_BY.search(sql):

@@ -30,7 +30,8 @@ def test_next_round_continues_numbering_and_event_time(tmp_path):
 
 
 def test_duplicates_and_malformed_rates_are_applied(tmp_path):
-    lines = activity_files(tmp_path, files=1, rows=2000, duplicates=0.1, malformed=0.05, seed=3)[0].read_text().splitlines()
+    landed = activity_files(tmp_path, files=1, rows=2000, duplicates=0.1, malformed=0.05, seed=3)
+    lines = landed[0].read_text().splitlines()
     assert 0.05 < 1 - len(set(lines)) / len(lines) < 0.15
 
     def parses(line):

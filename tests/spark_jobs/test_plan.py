@@ -32,7 +32,8 @@ def test_parse_keeps_good_rows_typed_and_explains_bad_ones(spark):
     ), StructType.fromDDL(SCHEMA_DDL)).collect()  # fmt: skip
     assert len(parsed) == 6  # the blank line is not a record
     good = [r for r in parsed if r[ERROR] is None]
-    assert [(r.Device, r.Index, r.x, r.Recorded_At) for r in good] == [("d1", 7, 1.0, datetime(2026, 11, 1, 2, 0, 0, 373000))]
+    expected = [("d1", 7, 1.0, datetime(2026, 11, 1, 2, 0, 0, 373000))]
+    assert [(r.Device, r.Index, r.x, r.Recorded_At) for r in good] == expected
     reasons = {r._raw: r[ERROR] for r in parsed if r[ERROR]}
     assert reasons == {
         '{"Device": "d2", "Index": 3.5}': "field Index: expected bigint, got 3.5",
@@ -75,5 +76,6 @@ def test_windowed_aggregate_names_the_window_start(spark):
 
 
 def test_function_transform_is_loaded_by_reference(spark):
-    table = Table("silver", "t", "bronze.t", transform=Transform(function="tests.spark_jobs.sample_transforms:only_walks"))
+    reference = "tests.spark_jobs.sample_transforms:only_walks"
+    table = Table("silver", "t", "bronze.t", transform=Transform(function=reference))
     assert {r.gt for r in plan_table(rows(spark), table).collect()} == {"walk"}

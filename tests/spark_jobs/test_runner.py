@@ -36,7 +36,8 @@ def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, l
         assert bronze.rows_in == 800  # exactly the two files landed since the previous run
         assert bronze.outcome == "succeeded"
         assert_matches_reference(spark, activity_reference(lake / "landing" / "activity"))
-    sources = {r._source_file.rsplit("/", 1)[-1] for r in read(spark, "bronze.activity").select("_source_file").distinct().collect()}
+    files = read(spark, "bronze.activity").select("_source_file").distinct().collect()
+    sources = {r._source_file.rsplit("/", 1)[-1] for r in files}
     assert sources == {f"activity-{k:06d}.json" for k in range(6)}
 
 

@@ -46,7 +46,8 @@ def test_csv_lines_with_wrong_field_counts_or_types_are_quarantined(spark, lake,
     (landing / "r1.csv").write_text("sensor,reading,n\na,1.5,1\nb,2.5,2\nc,3.5\nd,4.5,4,extra\ne,not-a-number,5\n")
     (lake / "landing" / "archive").mkdir(parents=True)
     staged = tmp_path / "staged"
-    spark.createDataFrame([("z", 9.0), ("y", 8.0)], "sensor STRING, reading DOUBLE").coalesce(1).write.parquet(str(staged))
+    frame = spark.createDataFrame([("z", 9.0), ("y", 8.0)], "sensor STRING, reading DOUBLE")
+    frame.coalesce(1).write.parquet(str(staged))
     for part in staged.glob("part-*.parquet"):  # land the finished file by rename, like any producer
         part.rename(lake / "landing" / "archive" / part.name)
     assert runner.main(["readings"]) == 0
