@@ -50,3 +50,28 @@ def table_state(path: Path) -> TableState | None:
 
 def _records(stats: str | None) -> int:
     return int(json.loads(stats).get("numRecords", 0)) if stats else 0
+
+
+def latest_version(path: Path) -> int:
+    """Newest committed version from the log's file names (-1 if there is no table): a listing, no JVM."""
+    log = Path(path) / "_delta_log"
+    versions = [int(p.name.split(".")[0]) for p in log.glob("*.json") if p.name.split(".")[0].isdigit()]
+    return max(versions, default=-1)
+
+
+def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> int:
+    """Rows committed in versions (after, upto], from each commit's `operationMetrics.numOutputRows`.
+
+    `newest_only` is for complete-mode tables, where the newest overwrite *is* the table. A batch Delta skipped on
+    replay (txnVersion already seen) made no commit, so it counts zero, as it should.
+    """
+    counts = []
+    for version in range(after + 1, upto + 1):
+        commit = Path(path) / "_delta_log" / f"{version:020d}.json"
+        for line in commit.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info is not None:
+                counts.append(int((info.get("operationMetrics") or {}).get("numOutputRows", 0)))
+    if newest_only:
+        return counts[-1] if counts else 0
+    return sum(counts)
