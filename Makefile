@@ -8,11 +8,20 @@ export MILLPOND_LAKE ?= $(CURDIR)/lake
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# Airflow runs on the project's own home (SQLite); the Spark connection defaults to local Spark.
+export AIRFLOW_HOME ?= $(CURDIR)/airflow_home
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
+export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
+PIPELINE ?= activity
 
-.PHONY: setup venv jars demo test test-unit validate clean-lake help
+.PHONY: setup venv jars browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down
 help:
-	@echo "make demo   set up, land sample data, run the activity pipeline, print each table"
+	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make test   set up, then run every test (unit + integration, kill tests included)"
+	@echo "make run-dag PIPELINE=<name>  one DAG run through Airflow (airflow dags test, SQLite, honours MILLPOND_LAKE)"
+	@echo "make up     Airflow scheduler + UI/API + dag-processor + triggerer in the background (login required)"
+	@echo "make down   stop everything make up started"
 
 setup: venv jars
 
@@ -36,14 +45,44 @@ $(JARS)/.fetched: build/jars.pom.xml
 validate: setup
 	$(BIN)/millpond validate
 
-demo: setup
+airflow-db: $(AIRFLOW_HOME)/airflow.db
+$(AIRFLOW_HOME)/airflow.db: | setup
+	mkdir -p "$(AIRFLOW_HOME)"
+	$(BIN)/airflow db migrate >"$(AIRFLOW_HOME)/db-migrate.log" 2>&1 || { tail -20 "$(AIRFLOW_HOME)/db-migrate.log"; exit 1; }
+
+# One DAG run in-process (no scheduler). A failed task is retried after MILLPOND_RETRY_DELAY_SECONDS.
+run-dag: setup airflow-db
+	$(BIN)/millpond validate $(PIPELINE)
+	MILLPOND_RETRY_DELAY_SECONDS=$${MILLPOND_RETRY_DELAY_SECONDS:-5} \
+	    $(BIN)/airflow dags test $(PIPELINE) >"$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log" 2>&1 \
+	    || { grep -a -E "ERROR|error|millpond:|Exception" "$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log" | tail -30; \
+	         echo "DAG run failed; full log: $(AIRFLOW_HOME)/dags-test-$(PIPELINE).log"; exit 1; }
+	@$(BIN)/python -m millpond.airflow_report $(PIPELINE) "$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log"
+
+demo: setup airflow-db
 	$(BIN)/millpond validate
 	$(BIN)/millpond generate activity --files 3 --rows 2000 --duplicates 0.03 --malformed 0.005
-	$(BIN)/millpond run activity
+	$(MAKE) --no-print-directory run-dag PIPELINE=activity
 	$(BIN)/millpond status activity
 
-test: setup
+up: setup airflow-db
+	scripts/airflow-up.sh
+
+down:
+	scripts/airflow-down.sh
+
+# The report pages are checked in a real headless browser (tests/millpond/test_reports_browser.py).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	    command -v apt-get >/dev/null || { echo "error: chromium not found. Fix: install Chromium (Debian: apt-get install chromium)"; exit 1; }; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }; }
+
+test: setup browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
 
 test-unit: setup
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)

@@ -30,6 +30,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 2 if problems else 0
 
 
+def cmd_check(argv: list[str]) -> int:
+    from spark_jobs.quality import check_main
+
+    return check_main(argv)
+
+
 def cmd_run(argv: list[str]) -> int:
     from spark_jobs.runner import main as run_main
 
@@ -51,9 +57,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Each table's path, row count and version from its Delta log, and the last run's outcome (no JVM)."""
-    from millpond.delta_log import table_state
-
     from millpond import run_summary
+    from millpond.delta_log import table_state
 
     pipeline = load_pipeline(args.pipeline)
     summary = run_summary.latest(pipeline.name)
@@ -84,9 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:  # the runner owns its arguments (shared with spark-submit)
         return cmd_run(argv[1:])
+    if argv[:1] == ["check"]:
+        return cmd_check(argv[1:])
     parser = argparse.ArgumentParser(prog="millpond", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run a pipeline's tables (see `millpond run --help`)")
+    sub.add_parser("check", help="run the data-quality gate on a slice, writing a report only "
+                   "(see `millpond check --help`)")  # fmt: skip
     validate = sub.add_parser("validate", help="validate one spec or every spec in pipelines/")
     validate.add_argument("pipeline", nargs="?")
     validate.set_defaults(func=cmd_validate)

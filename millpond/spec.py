@@ -416,7 +416,22 @@ class _Loader:
             expectations=str(spec["expectations"]) if spec.get("expectations") else None,
         )  # fmt: skip
         self.streaming_rules(where, table)
+        if table.expectations:
+            self.suite_rules(where, table)
         return table
+
+    def suite_rules(self, where: str, table: Table) -> None:
+        """The suite follows the naming scheme, gates a table that can hold rows back, and is well-formed."""
+        from millpond.suites import check_suite  # light: JSON only, no GX
+
+        expected = f"{self.path.stem}.{table.id}"
+        if table.expectations != expected:
+            self.problem(f"{where}.expectations", f"suite {table.expectations!r} breaks the naming scheme",
+                         f"name it {expected!r} (expectations/{expected}.json)")  # fmt: skip
+        if table.reads_landing:
+            self.problem(f"{where}.expectations", "a table reading landing files cannot be gated",
+                         "put the suite on the table that reads it")  # fmt: skip
+        self.problems.extend(check_suite(str(table.expectations)))
 
     def columns(self, where: str, raw: Any) -> tuple[str, ...]:
         if raw is None:

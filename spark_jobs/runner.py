@@ -2,7 +2,8 @@
 
 Entry point for both `millpond run` (in-process) and `spark-submit spark_jobs/runner.py` (Airflow).
 The spec is loaded and validated before the JVM starts; the pipeline lock is taken before any checkpoint is
-touched. Exit codes: 0 ok, 1 a table failed, 2 invalid spec or arguments, 3 pipeline busy.
+touched. Exit codes: 0 ok, 1 a table failed, 2 invalid spec or arguments, 3 pipeline busy, 4 a data-quality
+gate failed (0 with --defer-gate-failure: the Airflow quality_gate task then fails from the run summary).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import UTC, datetime
 
 from millpond import paths
 from millpond.lock import PipelineBusy, pipeline_lock
-from millpond.spec import LAYERS, Pipeline, SpecError, load_pipeline, normalize_table_id
+from millpond.spec import LAYERS, Pipeline, SpecError, load_pipeline
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -30,6 +31,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--data-interval-end", default=None, type=_timestamp)
     parser.add_argument("--wait", default=0.0, type=float, help="seconds to wait for a running writer (default 0)")
     parser.add_argument("--master", default=None, help="Spark master when not under spark-submit")
+    parser.add_argument("--defer-gate-failure", action="store_true",
+                        help="exit 0 when the only failure is a data-quality gate (recorded as gate_failed in the "
+                        "run summary; the Airflow quality_gate task fails from it)")  # fmt: skip
+    parser.add_argument("--quarantine-failures", default="",
+                        help="comma-separated gated tables: for this run only, rows failing a `fail` expectation "
+                        "go to the table's quarantine (with rule and run id) instead of stopping the gate")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -55,7 +62,19 @@ def select_tables(pipeline: Pipeline, args: argparse.Namespace) -> tuple[list[st
         roots = [pipeline.table(t).id for t in args.full_refresh.split(",") if t.strip()]
         refresh = pipeline.downstream(roots)
         chosen |= set(refresh)
+    gated_tables_to_quarantine(pipeline, args)  # argument errors answer before any JVM starts
     return [t for t in pipeline.tables if t in chosen], refresh
+
+
+def gated_tables_to_quarantine(pipeline: Pipeline, args: argparse.Namespace) -> list[str]:
+    """--quarantine-failures names gated tables only: anything else is an argument error, not a silent no-op."""
+    chosen = [pipeline.table(t).id for t in (args.quarantine_failures or "").split(",") if t.strip()]
+    ungated = [t for t in chosen if not pipeline.tables[t].expectations]
+    if ungated:
+        gated = ", ".join(t.id for t in pipeline.tables.values() if t.expectations) or "none"
+        raise SpecError([f"--quarantine-failures: {', '.join(ungated)} has no expectations suite (gated tables: "
+                         f"{gated})"])  # fmt: skip
+    return chosen
 
 
 def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
@@ -96,10 +115,14 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
         print(f"millpond: full refresh of {', '.join(roots)}" + (f" also rebuilds {', '.join(extra)} (they read it "
               "as a stream)" if extra else ""))  # fmt: skip
         reset_tables(pipeline, refresh)
-    run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end)
+    quarantine = tuple(gated_tables_to_quarantine(pipeline, args))
+    if quarantine:
+        print(f"millpond: this run quarantines rows failing `fail` expectations of {', '.join(quarantine)} "
+              "(with rule name and run id) instead of stopping at the gate")  # fmt: skip
+    run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end, quarantine)
     spark = build_spark_session(f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master)
     results: list[TableResult] = []
-    failed = None
+    failed, gate_failed = None, False
     for table_id in tables:
         table = pipeline.tables[table_id]
         if failed:
@@ -112,13 +135,39 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
             failed = table_id
             result = exc.result or TableResult(table_id, table.layer, datetime.now(UTC), ended_at=datetime.now(UTC),
                                                outcome="failed", error=str(exc))  # fmt: skip
-            print(f"millpond: {exc}", file=sys.stderr)
+            gate_failed = result.outcome == "gate_failed"
+            print(f"millpond: {gate_failure_text(pipeline, result) if gate_failed else exc}", file=sys.stderr)
         results.append(result)
         print(format_result(result), flush=True)
     event_log.append(spark, pipeline.name, run, results)
     summary = event_log.write_run_summary(pipeline.name, run, results)
     print(f"millpond: run {run_id} {'FAILED at ' + failed if failed else 'succeeded'}; summary {summary}")
-    return 1 if failed else 0
+    for result in results:
+        if result.gate:
+            print(f"millpond: gate {result.gate['suite']} on {result.table}: {result.gate['outcome']}; report "
+                  f"{result.gate['report_path']}; all gate runs {result.gate['index_path']}")  # fmt: skip
+    if not failed:
+        return 0
+    if gate_failed and args.defer_gate_failure:
+        print(f"millpond: gate failure of {failed} deferred (--defer-gate-failure): the quality gate task fails "
+              "from the run summary")  # fmt: skip
+        return 0
+    return 4 if gate_failed else 1
+
+
+def gate_failure_text(pipeline: Pipeline, result) -> str:
+    """The message a user acts on: suite, each failed expectation with its count, the report, the way out."""
+    gate = result.gate
+    lines = [f"data-quality gate FAILED for {result.table} (suite {gate['suite']}); nothing of the failing batch "
+             f"was written, so {result.table} and its downstream tables are unchanged."]  # fmt: skip
+    for f in gate["failed_expectations"]:
+        lines.append(f"  expectation {f['expectation']} [{f['severity']}]: {f['unexpected_count']} unexpected rows "
+                     f"(batch {f['batch_id']})")  # fmt: skip
+    lines.append(f"  report: {gate['report_path']}")
+    lines.append(f"  all gate runs: {gate['index_path']}")
+    lines.append(f"  way out: fix the data or the rule (expectations/{gate['suite']}.json) and rerun; or set the "
+                 f"failing rows aside: millpond run {pipeline.name} --quarantine-failures {result.table}")  # fmt: skip
+    return "\n".join(lines)
 
 
 def format_result(r) -> str:

@@ -22,6 +22,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import CapturedException
 
 from millpond import paths
+from millpond.delta_log import latest_version as delta_version
+from millpond.delta_log import rows_added
 from millpond.spec import Pipeline, Table
 from spark_jobs import sources
 from spark_jobs.plan import plan_table
@@ -97,13 +99,6 @@ class TableResult:
         return ((self.ended_at or datetime.now(UTC)) - self.started_at).total_seconds()
 
 
-def delta_version(path: Path) -> int:
-    """Latest committed version from the log's file names: no Spark job, -1 if the table does not exist."""
-    log = path / "_delta_log"
-    versions = [int(p.name.split(".")[0]) for p in log.glob("*.json") if p.name.split(".")[0].isdigit()]
-    return max(versions, default=-1)
-
-
 def checkpoint_query_id(checkpoint: Path) -> str:
     """The checkpoint's stable query id (Spark's `metadata` file), written by us first if the checkpoint is new."""
     metadata = checkpoint / "metadata"
@@ -173,21 +168,25 @@ class BatchWriter:
         """
         from spark_jobs.quality import GateFailed
 
-        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)  # GX runs several jobs on it; compute the batch once
+        mode = "overwrite" if self.table.output_mode == "complete" else "append"
+        # Persist and count first: the plan runs once over every partition (so stateful operators commit their
+        # state stores even when Delta later skips a replayed write), and GX's many jobs read the cache.
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            if batch.isEmpty():  # e.g. the no-data batch a stateful query runs to advance its watermark
-                self.write(batch, self.path, "overwrite" if self.table.output_mode == "complete" else "append", batch_id)
+            if batch.count() == 0:  # e.g. the no-data batch a stateful query runs to advance its watermark
+                self.write_replayable(batch, batch_id, mode)
                 return
             report = self.gate.validate(batch, batch_id)
+            if report.blocking:
+                self.gate.publish(report)
+                self.result.record_gate(report)
+                raise GateFailed(report)
             good, bad = self.gate.split(batch, report)
             if bad is not None:
                 bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
                 report.rows_dropped = bad.count()
             self.gate.publish(report)
             self.result.record_gate(report)
-            if report.blocking:
-                raise GateFailed(report)
-            mode = "overwrite" if self.table.output_mode == "complete" else "append"
             self.write(good, self.path, mode, batch_id)
             if bad is not None:
                 inject_fault(self.table.id, "between_writes", batch_id)
@@ -277,8 +276,9 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
     if result.gate and result.gate["outcome"] == "failed":
         result.outcome = "gate_failed"  # the query stopped on purpose: the gate raised before writing the batch
         result.error = error = gate_message(table, result)
-    result.rows_written = rows_written(spark, path, result.version_before, result.version_after, table)
-    result.rows_quarantined = rows_written(spark, quarantine, quarantine_before, delta_version(quarantine), table)
+    result.rows_written = rows_added(path, result.version_before, result.version_after,
+                                     newest_only=table.output_mode == "complete")
+    result.rows_quarantined = rows_added(quarantine, quarantine_before, delta_version(quarantine))
     if error:
         raise TableFailed(table.id, error, result)
     inject_fault(table.id, "after_table")
@@ -311,19 +311,6 @@ def collect_progress(query, table: Table, result: TableResult) -> None:
             result.rows_dropped_by_watermark += state.numRowsDroppedByWatermark
     if progresses and progresses[-1].stateOperators:
         result.state_rows = sum(s.numRowsTotal for s in progresses[-1].stateOperators)
-
-
-def rows_written(spark: SparkSession, path: Path, before: int, after: int, table: Table) -> int:
-    """Rows committed between two versions, from Delta's own commit metrics (replays skipped by txn count 0)."""
-    if after <= before:
-        return 0
-    from delta.tables import DeltaTable
-
-    history = DeltaTable.forPath(spark, str(path)).history(after - before).collect()
-    counts = [int((h["operationMetrics"] or {}).get("numOutputRows", 0)) for h in history if h["version"] > before]
-    if table.output_mode == "complete" and path == paths.table_path(table.id):
-        return counts[0] if counts else 0  # the newest overwrite is the table
-    return sum(counts)
 
 
 def _first_line(exc: BaseException) -> str:

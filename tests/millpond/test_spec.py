@@ -94,6 +94,10 @@ def test_activity_spec_loads_into_frozen_objects_in_dependency_order(tmp_path):
          "is not '<layer>.<name>'"),
         (lambda s: s["tables"]["bronze.activity"].update(dedup={"keys": ["Device"]}), "tables.bronze.activity",
          "ingests them as they are"),
+        (lambda s: s["tables"]["silver.activity"].update(expectations="activity_suite"),
+         "tables.silver.activity.expectations", "breaks the naming scheme"),
+        (lambda s: s["tables"]["bronze.activity"].update(expectations="activity.bronze.activity"),
+         "tables.bronze.activity.expectations", "cannot be gated"),
     ],
 )
 def test_rejections_name_field_and_fix(tmp_path, mutate, field, message):
@@ -136,6 +140,7 @@ def test_two_pipelines_writing_one_table_are_rejected(tmp_path, monkeypatch):
     write_spec(tmp_path, ACTIVITY)
     other = copy.deepcopy(ACTIVITY)
     other["pipeline"] = "other"
+    other["tables"]["silver.activity"].pop("expectations")  # its suite would be named other.silver.activity
     write_spec(tmp_path, other, name="other")
     monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path))
     _, problems = validate_all(tmp_path / "lake")

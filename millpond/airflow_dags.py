@@ -1,0 +1,347 @@
+"""The DAG factory: one Airflow DAG per pipeline spec, with the same task graph for every pipeline.
+
+    ingest (bronze + silver, one Spark app) -> quality_gate -> gold (one Spark app) -> run_summary
+
+Why a task per layer and not per table: every Spark application pays a JVM start (5-10 s) and the tables of a
+layer read each other as streams in one session. Per-table status still shows in the UI: the runner merges
+each table's outcome and row counts into the run's JSON summary (keyed by Airflow's run id), and the
+`run_summary` task pushes one XCom per table and logs a table, without a JVM.
+
+Imports only `airflow.sdk`, the Spark provider and light millpond modules: the DAG processor parses this every
+30 s, so pyspark, delta, great_expectations and pandas stay out (they load inside the Spark job).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import zipfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Asset, BaseHook, Param, TriggerRule, task
+from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable
+from airflow.sdk.exceptions import AirflowException
+
+from millpond import paths, run_summary
+from millpond.airflow_report import format_summary
+from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline
+
+SPARK_CONN_ID = "spark_millpond"
+RUNNER = paths.REPO_ROOT / "spark_jobs" / "runner.py"
+PY_FILES_ZIP = paths.REPO_ROOT / ".cache" / "millpond-src.zip"
+EXIT_CODES = {1: "a table failed", 2: "invalid spec or arguments", 3: "pipeline busy (another writer holds the lock)"}
+INGEST_LAYERS = ("bronze", "silver")
+STOPPED = "the Spark application was stopped (task killed, timed out or marked failed)"
+
+# Run-time values reach the job as templated arguments: the event log ties each table's run to this run.
+RUN_ARGS = [
+    "--run-id", "{{ run_id }}",
+    "--trigger", "{{ dag_run.run_type | string | replace('DagRunType.', '') | lower }}",
+    "--data-interval-start", "{{ data_interval_start | ts if data_interval_start else 'None' }}",
+    "--data-interval-end", "{{ data_interval_end | ts if data_interval_end else 'None' }}",
+]  # fmt: skip
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+# ---------------------------------------------------------------------------------------------- assets
+
+
+def table_asset(table_id: str) -> Asset:
+    """The Airflow Asset of one Delta table: other DAGs schedule on `Asset(name="delta.<layer>.<table>")`."""
+    return Asset(name=f"delta.{table_id}", uri=paths.table_path(table_id).as_uri(), group="delta")
+
+
+# ---------------------------------------------------------------------------------------------- Spark submit
+
+
+class MillpondSparkSubmitHook(SparkSubmitHook):
+    """spark-submit whose whole process tree (JVM + Python driver) dies with the task and whose exit says why."""
+
+    killed = False
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        kwargs.setdefault("preexec_fn", _die_with_parent)
+        try:
+            driver_id = super().submit(application, **kwargs)
+        except AirflowException as exc:
+            if self.killed:
+                raise AirflowException(STOPPED) from None
+            code = self._submit_sp.returncode if getattr(self, "_submit_sp", None) else None
+            reason = EXIT_CODES.get(code or 0)
+            if reason:
+                raise AirflowException(f"millpond runner exited {code}: {reason}.\n{exc}") from None
+            raise
+        if self.killed:  # the JVM may exit 0 after its shutdown hooks ran
+            raise AirflowException(STOPPED)
+        return driver_id
+
+    def on_kill(self) -> None:
+        """Stop the spark-submit JVM AND its Python driver (which holds the pipeline lock), not just the JVM."""
+        process = getattr(self, "_submit_sp", None)
+        if process is not None and process.poll() is None:
+            self.killed = True
+            self.log.info("Stopping spark-submit pid %s and its children", process.pid)
+            kill_tree(process.pid)
+        super().on_kill()
+
+
+def kill_tree(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM a process and its descendants (the JVM runs its shutdown hooks), SIGKILL what is left after `grace`."""
+    import psutil  # an Airflow dependency; only needed when killing
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _die_with_parent() -> None:
+    """Runs in the spark-submit child before exec: the kernel SIGKILLs it if the task process dies (kill -9)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: on_kill and the supervisor's process-group kill still apply
+        pass
+
+
+class MillpondSparkSubmitOperator(SparkSubmitOperator):
+    """Runs `spark_jobs/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped."""
+
+    ui_color = "#f4a460"
+
+    def __init__(self, *, pipeline: str, layers: tuple[str, ...], full_refresh: str, extra_args: tuple[str, ...] = (),
+                 **kwargs: Any):  # fmt: skip
+        self.pipeline = pipeline
+        self.layers = layers
+        super().__init__(
+            application=str(RUNNER),
+            conn_id=SPARK_CONN_ID,
+            name=f"millpond:{pipeline}:{'+'.join(layers)}",
+            application_args=[pipeline, "--layers", ",".join(layers), *RUN_ARGS, "--full-refresh", full_refresh,
+                              "--wait", str(_env_float("MILLPOND_LOCK_WAIT_SECONDS", 600)), *extra_args],
+            durable=False,  # client mode: a retry must start a fresh application, never "reattach"
+            **kwargs,
+        )  # fmt: skip
+
+    def execute(self, context: Any) -> None:
+        master = spark_master(self._conn_id)
+        self.log.info("Spark master %s (connection %r)", master, self._conn_id)
+        self.jars = ",".join(delta_jars())
+        self.py_files = str(build_py_files())
+        self.conf = {**spark_conf(), **(self.conf or {})}
+        # The driver imports millpond from the zip too, where the repo-relative defaults do not exist.
+        self.env_vars = {**job_env(), **(self.env_vars or {})}
+        self._hook = None  # jars/py_files/conf are read when the hook is built
+        super().execute(context)
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        hook.__class__ = MillpondSparkSubmitHook  # the provider builds it with ~30 kwargs; keep those, add our methods
+        return hook
+
+
+def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
+    """The connection's master, or a clear error: the provider would otherwise fall back to `--master yarn`."""
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except Exception as exc:  # AirflowNotFoundException, or a secrets backend error
+        raise AirflowException(
+            f"Spark connection {conn_id!r} is not defined ({exc}). Fix: set AIRFLOW_CONN_{conn_id.upper()}, e.g. "
+            f"'{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}' or 'spark://spark-master:7077' "
+            "(the Makefile sets local[2]; docker-compose.yaml points it at the Spark master)"
+        ) from None
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        master = conn.host
+    else:
+        master = f"{conn.conn_type}://{conn.host or ''}"
+    return f"{master}:{conn.port}" if conn.port else master
+
+
+def job_env() -> dict[str, str]:
+    """Where the job finds specs, suites, jars and the lake: absolute, resolved here, not inside the zip."""
+    return {
+        "MILLPOND_LAKE": str(paths.lake_root()),
+        "MILLPOND_PIPELINES": str(paths.pipelines_dir()),
+        "MILLPOND_EXPECTATIONS": str(paths.expectations_dir()),
+        "MILLPOND_JARS": str(paths.jars_dir()),
+    }
+
+
+def delta_jars() -> list[str]:
+    jars = sorted(str(p) for p in paths.jars_dir().glob("*.jar"))
+    if not any("delta-spark" in j for j in jars):
+        raise AirflowException(f"Delta jars not found in {paths.jars_dir()}. Fix: run `make jars`.")
+    return jars
+
+
+def spark_conf() -> dict[str, str]:
+    """The session conf every millpond application shares (the job sets it itself outside spark-submit)."""
+    from spark_jobs.session import BASE_CONF  # imports pyspark: only at task run time
+
+    return {**BASE_CONF, "spark.ui.enabled": os.environ.get("MILLPOND_SPARK_UI", "false"),
+            "spark.log.level": os.environ.get("MILLPOND_SPARK_LOG_LEVEL", "WARN")}  # fmt: skip
+
+
+def build_py_files(target: Path = PY_FILES_ZIP) -> Path:
+    """Zip millpond/ and spark_jobs/ for the executors (atomic replace: concurrent tasks may build it)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in ("millpond", "spark_jobs"):
+            for file in sorted((paths.REPO_ROOT / package).rglob("*.py")):
+                archive.write(file, file.relative_to(paths.REPO_ROOT).as_posix())
+    os.replace(tmp, target)
+    return target
+
+
+# ---------------------------------------------------------------------------------------------- light tasks
+
+
+def gate_failures(summary: dict[str, Any] | None) -> list[str]:
+    """One message per table the quality gate stopped, naming suite, expectation, count and report."""
+    messages = []
+    for entry in (summary or {}).get("tables", []):
+        if entry.get("outcome") != "gate_failed":
+            continue
+        gate = entry.get("gate") or {}
+        failed = "; ".join(
+            f"{f.get('expectation')} unexpected={f.get('unexpected_count')} "
+            f"severity={f.get('severity')}"
+            for f in gate.get("failed_expectations", [])
+        )
+        messages.append(f"{entry['table']}: suite {gate.get('suite')} failed: {failed or 'see report'}; "
+                        f"report {gate.get('report_path')}")  # fmt: skip
+    return messages
+
+
+# ---------------------------------------------------------------------------------------------- the factory
+
+
+def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
+    """One DAG per spec: schedule, dates, retries and tags come from the spec; the task graph is fixed."""
+    tables = list(pipeline.tables)
+    ingest_tables = [t for t in tables if pipeline.tables[t].layer in INGEST_LAYERS]
+    gold_tables = pipeline.layer_tables("gold")
+    suites = {t.id: t.expectations for t in pipeline.tables.values() if t.expectations}
+    schedule: Any = "@once" if pipeline.schedule == "@once" else CronDataIntervalTimetable(pipeline.schedule, "UTC")
+    doc = "\n\n".join(
+        part for part in (
+            f"# {pipeline.name}\n\n{pipeline.description}",
+            f"Spec: `{pipeline.spec_path}`",
+            "| table | layer | source |\n|---|---|---|\n" + "\n".join(
+                f"| `{t.id}` | {t.layer} | `{t.source}` |" for t in pipeline.tables.values()),
+            module_doc,
+        ) if part
+    )  # fmt: skip
+    with DAG(
+        dag_id=pipeline.name,
+        schedule=schedule,
+        start_date=datetime.combine(pipeline.start_date, datetime.min.time(), tzinfo=UTC),
+        catchup=pipeline.catchup,
+        max_active_runs=1,
+        tags=["millpond", *pipeline.tags],
+        doc_md=doc,
+        default_args={
+            "owner": pipeline.owner,
+            "retries": pipeline.retries,
+            "retry_delay": timedelta(seconds=_env_float("MILLPOND_RETRY_DELAY_SECONDS", 300)),
+        },
+        params={
+            "full_refresh": Param(
+                [], type="array", items={"type": "string", "enum": tables}, title="Full refresh",
+                description="Tables to rebuild from their source (checkpoint, data and quarantine dropped); "
+                "tables reading them are rebuilt too. Empty: a normal incremental run.",
+            ),
+        },  # fmt: skip
+        render_template_as_native_obj=False,
+    ) as dag:
+        # Full refresh goes to the first application that owns a chosen table: the runner rebuilds the tables
+        # downstream of it in the same application, and a second reset would throw that rebuild away.
+        early = f"params.full_refresh | select('in', {ingest_tables!r})"
+        refresh_ingest = "{{ " + early + " | join(',') }}"
+        refresh_gold = ("{{ '' if (" + early + " | list) else params.full_refresh | select('in', "
+                        f"{gold_tables!r}) | join(',') }}}}")  # fmt: skip
+        timeout = timedelta(seconds=_env_float("MILLPOND_SPARK_TASK_TIMEOUT_SECONDS", 2 * 3600))
+        ingest = MillpondSparkSubmitOperator(
+            task_id="ingest", pipeline=pipeline.name, layers=INGEST_LAYERS, full_refresh=refresh_ingest,
+            extra_args=("--defer-gate-failure",),
+            execution_timeout=timeout,
+            outlets=[table_asset(t) for t in ingest_tables if pipeline.tables[t].layer == "bronze"],
+            doc_md=f"Bronze and silver in one Spark application: {', '.join(ingest_tables)}.",
+        )  # fmt: skip
+
+        @task(task_id="quality_gate", outlets=[table_asset(t) for t in ingest_tables
+                                               if pipeline.tables[t].layer == "silver"])  # fmt: skip
+        def quality_gate(run_id: str | None = None) -> dict[str, Any]:
+            """Fail the run (gold does not start) when a silver batch failed its expectation suite."""
+            summary = run_summary.load(pipeline.name, run_id or "")
+            if summary is None:
+                where = run_summary.summary_path(pipeline.name, run_id or "")
+                raise AirflowException(f"no run summary for {run_id} at {where}: did ingest run?")
+            failures = gate_failures(summary)
+            if failures:
+                raise AirflowException("quality gate failed:\n" + "\n".join(failures))
+            return {"passed": True, "suites": suites}
+
+        gold = MillpondSparkSubmitOperator(
+            task_id="gold", pipeline=pipeline.name, layers=("gold",), full_refresh=refresh_gold,
+            execution_timeout=timeout,
+            outlets=[table_asset(t) for t in gold_tables],
+            doc_md=f"Gold in one Spark application: {', '.join(gold_tables) or '(no gold tables)'}.",
+        )  # fmt: skip
+
+        @task(task_id="run_summary", trigger_rule=TriggerRule.ALL_DONE)
+        def summarize(run_id: str | None = None, ti: Any = None) -> list[dict[str, Any]]:
+            """Per-table outcome and row counts for this run, as XComs (key = table id) and a log table."""
+            summary = run_summary.load(pipeline.name, run_id or "") or {"tables": []}
+            by_table = {t["table"]: t for t in summary["tables"]}
+            ordered = [by_table[t] for t in tables if t in by_table]
+            for entry in ordered:
+                ti.xcom_push(key=entry["table"], value=entry)
+            print(f"run {run_id} of pipeline {pipeline.name} "
+                  f"({run_summary.summary_path(pipeline.name, run_id or '')}):\n{format_summary(ordered)}")  # fmt: skip
+            missing = [t for t in tables if t not in by_table]
+            bad = [t["table"] for t in ordered if t.get("outcome") != "succeeded"]
+            if bad or missing:
+                raise AirflowException(f"pipeline {pipeline.name}: not succeeded: {', '.join(bad) or '-'}; "
+                                       f"did not run: {', '.join(missing) or '-'}")  # fmt: skip
+            return ordered
+
+        ingest >> quality_gate() >> gold >> summarize()
+    return dag
+
+
+def build_all(module_doc: str = "") -> dict[str, DAG]:
+    """Every spec in pipelines/ as a DAG; a broken spec is an import error naming every problem in it."""
+    dags, problems = {}, []
+    for path in all_spec_paths():
+        try:
+            pipeline = load_pipeline(path)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+            continue
+        dags[pipeline.name] = build_dag(pipeline, module_doc)
+    if problems:
+        raise SpecError(problems + ["(run `make validate`; the other pipelines' DAGs load again once this is fixed)"])
+    return dags

@@ -1,0 +1,167 @@
+"""Gate reports under `$MILLPOND_LAKE/_reports/`: GX Data Docs per validation, plus one index page over time.
+
+    _reports/index.html          every gate run per table, newest first: pass/fail, counts, trend chart, links
+    _reports/history.jsonl       one JSON line per validated batch (what the index is rebuilt from)
+    _reports/datadocs/...        the GX Data Docs site (one page per validated batch, failing-row samples)
+
+Light on purpose (no Spark, no GX): the Airflow summary task and `millpond status` read these files too.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from millpond import paths
+
+
+def reports_dir(root: Path | None = None) -> Path:
+    return (root or paths.lake_root()) / "_reports"
+
+
+def docs_dir(root: Path | None = None) -> Path:
+    return reports_dir(root) / "datadocs"
+
+
+def history_path(root: Path | None = None) -> Path:
+    return reports_dir(root) / "history.jsonl"
+
+
+def index_path(root: Path | None = None) -> Path:
+    return reports_dir(root) / "index.html"
+
+
+def validation_results_path(root: Path | None = None) -> Path:
+    return paths.system_path("validation_results", root)
+
+
+def record(entry: dict[str, Any]) -> Path:
+    """Append one validated batch to the history and rebuild the index page; returns the index path."""
+    target = history_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a", encoding="utf-8") as handle:  # one short O_APPEND write per line
+        handle.write(json.dumps(entry, default=str) + "\n")
+    return write_index()
+
+
+def history(root: Path | None = None) -> list[dict[str, Any]]:
+    target = history_path(root)
+    if not target.exists():
+        return []
+    return [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_index(root: Path | None = None) -> Path:
+    entries = history(root)
+    by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for entry in entries:
+        by_table[(entry["pipeline"], entry["table"])].append(entry)
+    sections = [_section(pipeline, table, runs) for (pipeline, table), runs in sorted(by_table.items())]
+    body = "\n".join(sections) or "<p>No gate has run yet.</p>"
+    page = _PAGE.format(body=body, count=len(entries))
+    target = index_path(root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def summary_text(entry: dict[str, Any]) -> str:
+    """The lines the runner and the Airflow task log print for one validated batch."""
+    failing = [o for o in entry["expectations"] if not o["success"]]
+    head = (f"gate {entry['suite']} on {entry['table']} batch {entry['batch_id']}: {entry['outcome'].upper()} "
+            f"({entry['element_count']} rows, {entry.get('rows_dropped', 0)} quarantined)")  # fmt: skip
+    lines = [head] + [f"  {o['severity']:<4} {o['expectation']}: {o['unexpected_count']} unexpected" for o in failing]
+    lines.append(f"  report: {entry['report_path']}")
+    lines.append(f"  index:  {index_path()}")
+    return "\n".join(lines)
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _section(pipeline: str, table: str, runs: list[dict[str, Any]]) -> str:
+    runs = sorted(runs, key=lambda r: r["validated_at"], reverse=True)
+    rows = []
+    for r in runs:
+        failing = [o for o in r["expectations"] if not o["success"]]
+        problems = "<br>".join(
+            f'<span class="sev-{_e(o["severity"])}">{_e(o["severity"])}</span> {_e(o["expectation"])}: '
+            f'{_e(o["unexpected_count"])} unexpected' for o in failing
+        ) or "none"
+        samples = "".join(
+            f"<li><b>{_e(o['expectation'])}</b><pre>{_e(chr(10).join(o.get('samples') or []))}</pre></li>"
+            for o in failing if o.get("samples")
+        )
+        sample_html = f"<details><summary>failing rows</summary><ul>{samples}</ul></details>" if samples else ""
+        link = _relative_link(r.get("report_path"))
+        rows.append(
+            f'<tr class="{_e(r["outcome"])}"><td>{_e(r["validated_at"][:19].replace("T", " "))}</td>'
+            f"<td>{_e(r['run_id'])}</td><td>{_e(r['mode'])}</td><td>{_e(r['batch_id'])}</td>"
+            f'<td class="outcome">{_e(r["outcome"])}</td><td>{_e(r["element_count"])}</td>'
+            f"<td>{_e(r.get('rows_dropped', 0))}</td><td>{problems}{sample_html}</td>"
+            f'<td>{f"<a href={chr(34)}{_e(link)}{chr(34)}>Data Docs</a>" if link else ""}</td></tr>'
+        )
+    passed = sum(r["outcome"] != "failed" for r in runs)
+    return (
+        f'<section><h2>{_e(pipeline)} · {_e(table)}</h2><p>suite <code>{_e(runs[0]["suite"])}</code> · '
+        f"{len(runs)} validated batches, {passed} passed (possibly with warnings or quarantined rows), "
+        f"{len(runs) - passed} failed</p>"
+        f"{_trend(list(reversed(runs[:40])))}"
+        "<table><thead><tr><th>validated (UTC)</th><th>run id</th><th>mode</th><th>batch</th><th>outcome</th>"
+        "<th>rows</th><th>quarantined</th><th>failing expectations</th><th>report</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
+def _trend(runs: list[dict[str, Any]]) -> str:
+    """Inline SVG: one bar per validated batch (height = rows), coloured by outcome, oldest left."""
+    if not runs:
+        return ""
+    width, height, bar = 12 * len(runs) + 10, 60, 10
+    top = max(max(int(r["element_count"] or 0) for r in runs), 1)
+    colours = {"passed": "#2e7d32", "warned": "#f9a825", "quarantined": "#6a1b9a", "failed": "#c62828"}
+    bars = []
+    for i, r in enumerate(runs):
+        h = max(2, round(50 * int(r["element_count"] or 0) / top))
+        bars.append(f'<rect x="{5 + 12 * i}" y="{55 - h}" width="{bar}" height="{h}" '
+                    f'fill="{colours.get(r["outcome"], "#888")}"><title>{_e(r["run_id"])} batch {_e(r["batch_id"])}: '
+                    f'{_e(r["outcome"])}, {_e(r["element_count"])} rows</title></rect>')  # fmt: skip
+    return (f'<svg class="trend" width="{width}" height="{height}" role="img" aria-label="rows validated per batch">'
+            f"{''.join(bars)}</svg>")  # fmt: skip
+
+
+def _relative_link(report_path: str | None) -> str | None:
+    if not report_path:
+        return None
+    try:
+        return Path(report_path).relative_to(reports_dir()).as_posix()
+    except ValueError:
+        return Path(report_path).as_uri()
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>millpond data-quality gate</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; width: 100%; margin-bottom: 2em; font-size: 14px; }}
+th, td {{ border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }}
+tr.failed td.outcome {{ color: #c62828; font-weight: bold; }}
+tr.warned td.outcome {{ color: #f9a825; font-weight: bold; }}
+tr.passed td.outcome {{ color: #2e7d32; }}
+tr.quarantined td.outcome {{ color: #6a1b9a; font-weight: bold; }}
+.sev-fail {{ color: #c62828; font-weight: bold; }} .sev-drop {{ color: #6a1b9a; }} .sev-warn {{ color: #f9a825; }}
+pre {{ white-space: pre-wrap; font-size: 12px; margin: 0; }}
+</style></head>
+<body><h1>millpond data-quality gate</h1>
+<p>{count} validated batches. Each run validates only the rows it adds; a failed <code>fail</code> expectation
+keeps the batch out of the table and everything downstream.</p>
+{body}
+</body></html>
+"""

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Start Airflow (scheduler, API server + UI, dag-processor, triggerer) on SQLite in the background, in its own
+# process group so `make down` stops all of it. Login required (SimpleAuthManager, generated admin password).
+set -euo pipefail
+: "${AIRFLOW_HOME:?run through make up}"
+PORT="${AIRFLOW_PORT:-8080}"
+PGID_FILE="$AIRFLOW_HOME/airflow.pgid"
+LOG="$AIRFLOW_HOME/airflow-standalone.log"
+mkdir -p "$AIRFLOW_HOME"
+if [[ -f "$PGID_FILE" ]] && kill -0 -- "-$(cat "$PGID_FILE")" 2>/dev/null; then
+  echo "Airflow is already running (process group $(cat "$PGID_FILE")); make down stops it"
+elif (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+  echo "error: port $PORT is in use. Fix: stop what listens there, or AIRFLOW_PORT=<free port> make up" >&2
+  exit 1
+else
+  export AIRFLOW__API__PORT="$PORT"
+  export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://localhost:$PORT/execution/"
+  export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
+  export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
+  export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
+  # setsid: a new session and process group whose id is the leader's pid.
+  setsid airflow standalone >"$LOG" 2>&1 </dev/null &
+  LEADER=$!
+  echo "$LEADER" >"$PGID_FILE"
+  echo "Airflow starting (process group $LEADER, log $LOG) ..."
+fi
+for _ in $(seq 1 180); do
+  if curl -fsS "http://localhost:$PORT/api/v2/monitor/health" >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$(cat "$PGID_FILE")" 2>/dev/null; then echo "error: Airflow exited; see $LOG" >&2; exit 1; fi
+  sleep 1
+done
+PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
+for _ in $(seq 1 30); do [[ -s "$PASSWORDS" ]] && break; sleep 1; done
+echo "Airflow UI:  http://localhost:$PORT   (login required)"
+if [[ -s "$PASSWORDS" ]]; then
+  python3 -c 'import json,sys; [print(f"  user {u}  password {p}") for u, p in json.load(open(sys.argv[1])).items()]' "$PASSWORDS"
+else
+    echo "  password: see $LOG (SimpleAuthManager prints the generated admin password)"
+fi
+echo "DAGs are unpaused at creation: the latest interval of each pipeline runs now. Stop everything: make down"

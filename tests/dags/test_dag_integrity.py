@@ -1,0 +1,150 @@
+"""Every spec becomes a DAG that imports fast, without heavy modules, with the task graph the factory promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from millpond.spec import all_spec_paths, load_pipeline
+from tests.dags.conftest import REPO
+
+pytestmark = pytest.mark.unit
+
+PARSE = """
+import json, sys, time
+started = time.monotonic()
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags),
+                  "seconds": time.monotonic() - started,
+                  "heavy": [m for m in ("pyspark", "delta", "great_expectations", "pandas") if m in sys.modules]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+@pytest.fixture(scope="module")
+def pipelines():
+    return [load_pipeline(p) for p in all_spec_paths()]
+
+
+def test_dag_files_import_without_errors_quickly_and_without_heavy_modules():
+    out = subprocess.run([sys.executable, "-c", PARSE, str(REPO / "dags")], capture_output=True, text=True,
+                         timeout=120, check=True).stdout  # fmt: skip
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["errors"] == {}
+    assert result["dags"] == sorted(p.stem for p in all_spec_paths())
+    assert result["heavy"] == [], "DAG parsing imported heavy modules"
+    assert result["seconds"] < 20, f"parsing took {result['seconds']:.1f}s (airflow import included)"
+
+
+def test_each_pipeline_task_graph_matches_its_spec(dagbag, pipelines):
+    for pipeline in pipelines:
+        dag = dagbag.dags[pipeline.name]
+        assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+            "ingest": ["quality_gate"], "quality_gate": ["gold"], "gold": ["run_summary"], "run_summary": [],
+        }  # fmt: skip
+        assert dag.max_active_runs == 1 and dag.catchup == pipeline.catchup
+        assert dag.start_date.date() == pipeline.start_date and dag.start_date.tzinfo is not None
+        assert set(pipeline.tags) | {"millpond"} <= set(dag.tags)
+        assert dag.doc_md and pipeline.name in dag.doc_md
+        assert all(t.retries == pipeline.retries for t in dag.tasks)
+        assert dag.params["full_refresh"] == []
+        ingest, gold = dag.get_task("ingest"), dag.get_task("gold")
+        assert ingest.application_args[:3] == [pipeline.name, "--layers", "bronze,silver"]
+        assert "--defer-gate-failure" in ingest.application_args
+        assert gold.application_args[:3] == [pipeline.name, "--layers", "gold"]
+        assert ingest.application.endswith("spark_jobs/runner.py") and ingest._conn_id == "spark_millpond"
+
+        def outlets(task_id, dag=dag):
+            return sorted(a.name for a in dag.get_task(task_id).outlets)
+
+        assert outlets("ingest") == sorted(f"delta.{t}" for t in pipeline.layer_tables("bronze"))
+        assert outlets("quality_gate") == sorted(f"delta.{t}" for t in pipeline.layer_tables("silver"))
+        assert outlets("gold") == sorted(f"delta.{t}" for t in pipeline.layer_tables("gold"))
+
+
+def test_schedule_is_the_spec_cron_with_data_intervals(dagbag):
+    dag = dagbag.dags["activity"]  # @hourly in the spec
+    assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"
+    assert dag.timetable.expression == "0 * * * *" and str(dag.timetable.timezone) in ("UTC", "Timezone('UTC')")
+
+
+def render(dag, task_id, params, run_type="scheduled"):
+    from datetime import UTC, datetime
+
+    task = dag.get_task(task_id)
+    context = {
+        "run_id": "scheduled__2026-11-01T01:00:00+00:00", "dag_run": SimpleNamespace(run_type=run_type),
+        "data_interval_start": datetime(2026, 11, 1, 1, tzinfo=UTC),
+        "data_interval_end": datetime(2026, 11, 1, 2, tzinfo=UTC),
+        "params": {"full_refresh": params},
+    }  # fmt: skip
+    args = task.render_template(task.application_args, context, dag.get_template_env())
+    return dict(zip(args[1::2], args[2::2], strict=False)) | {"_args": args}
+
+
+def test_run_id_and_data_interval_reach_the_job_as_templated_arguments(dagbag):
+    args = render(dagbag.dags["activity"], "ingest", [])
+    assert args["--run-id"] == "scheduled__2026-11-01T01:00:00+00:00"
+    assert args["--trigger"] == "scheduled"
+    assert args["--data-interval-start"] == "2026-11-01T01:00:00+00:00"
+    assert args["--data-interval-end"] == "2026-11-01T02:00:00+00:00"
+    assert args["--full-refresh"] == ""
+
+
+def test_full_refresh_goes_to_the_first_application_owning_a_chosen_table(dagbag):
+    dag = dagbag.dags["activity"]
+    assert render(dag, "ingest", ["silver.activity"])["--full-refresh"] == "silver.activity"
+    assert render(dag, "gold", ["silver.activity"])["--full-refresh"] == ""  # rebuilt downstream by ingest
+    assert render(dag, "ingest", ["gold.device_counts"])["--full-refresh"] == ""
+    assert render(dag, "gold", ["gold.device_counts"])["--full-refresh"] == "gold.device_counts"
+
+
+def test_every_delta_table_is_an_asset_other_dags_can_schedule_on(pipelines):
+    from millpond import paths
+    from millpond.airflow_dags import table_asset
+
+    asset = table_asset("silver.activity")
+    assert asset.name == "delta.silver.activity"
+    assert asset.uri == paths.table_path("silver.activity").as_uri()
+
+
+def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
+    from airflow.sdk.exceptions import AirflowException
+
+    from millpond.airflow_dags import spark_master
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "local[2]"}')
+    assert spark_master() == "local[2]"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", "spark://127.0.0.1:7077")
+    assert spark_master() == "spark://127.0.0.1:7077"
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_MILLPOND")
+    with pytest.raises(AirflowException, match="AIRFLOW_CONN_SPARK_MILLPOND"):
+        spark_master()
+
+
+def test_gate_failure_message_names_suite_expectation_count_and_report():
+    from millpond.airflow_dags import gate_failures
+
+    summary = {"tables": [
+        {"table": "bronze.activity", "outcome": "succeeded"},
+        {"table": "silver.activity", "outcome": "gate_failed", "gate": {
+            "suite": "activity.silver.activity", "report_path": "/lake/_reports/x.html",
+            "failed_expectations": [{"expectation": "expect_column_values_to_not_be_null", "column": "gt",
+                                     "severity": "critical", "unexpected_count": 7}]}},
+    ]}  # fmt: skip
+    (message,) = gate_failures(summary)
+    for part in ("silver.activity", "activity.silver.activity", "expect_column_values_to_not_be_null", "unexpected=7",
+                 "/lake/_reports/x.html"):  # fmt: skip
+        assert part in message
+    assert gate_failures({"tables": [{"table": "t", "outcome": "succeeded"}]}) == []
