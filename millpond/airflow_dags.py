@@ -147,7 +147,7 @@ class MillpondSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         master = spark_master(self._conn_id)
         self.log.info("Spark master %s (connection %r)", master, self._conn_id)
-        self.jars = ",".join(delta_jars())
+        self.jars = ",".join(paths.delta_jars())
         self.py_files = str(build_py_files())
         self.conf = {**spark_conf(), **(self.conf or {})}
         # The driver imports millpond from the zip too, where the repo-relative defaults do not exist.
@@ -186,13 +186,6 @@ def job_env() -> dict[str, str]:
         "MILLPOND_EXPECTATIONS": str(paths.expectations_dir()),
         "MILLPOND_JARS": str(paths.jars_dir()),
     }
-
-
-def delta_jars() -> list[str]:
-    jars = sorted(str(p) for p in paths.jars_dir().glob("*.jar"))
-    if not any("delta-spark" in j for j in jars):
-        raise AirflowException(f"Delta jars not found in {paths.jars_dir()}. Fix: run `make jars`.")
-    return jars
 
 
 def spark_conf() -> dict[str, str]:

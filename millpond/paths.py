@@ -64,3 +64,11 @@ def lock_path(pipeline: str, root: Path | None = None) -> Path:
 
 def jars_dir() -> Path:
     return Path(os.environ.get("MILLPOND_JARS") or REPO_ROOT / ".cache" / "jars").resolve()
+
+
+def delta_jars() -> list[str]:
+    """The Delta jars `make jars` fetched, or a clear error: both local sessions and spark-submit need them."""
+    jars = sorted(str(p) for p in jars_dir().glob("*.jar"))
+    if not any("delta-spark" in j for j in jars):
+        raise RuntimeError(f"Delta jars not found in {jars_dir()}. Fix: run `make jars` (needs Java 17 and Maven).")
+    return jars

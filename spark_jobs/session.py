@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -22,14 +21,6 @@ BASE_CONF = {
 }
 
 
-def delta_jars() -> list[str]:
-    jar_dir = paths.jars_dir()
-    jars = sorted(str(p) for p in Path(jar_dir).glob("*.jar"))
-    if not any("delta-spark" in j for j in jars):
-        raise RuntimeError(f"Delta jars not found in {jar_dir}. Fix: run `make jars` (needs Java 17 and Maven).")
-    return jars
-
-
 def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str | None = None) -> SparkSession:
     """Build (or join, under spark-submit) the application's session.
 
@@ -40,7 +31,7 @@ def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str 
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
         builder = builder.master(master or os.environ.get("MILLPOND_SPARK_MASTER", "local[2]"))
-        builder = builder.config("spark.jars", ",".join(delta_jars()))
+        builder = builder.config("spark.jars", ",".join(paths.delta_jars()))
         builder = builder.config("spark.ui.enabled", os.environ.get("MILLPOND_SPARK_UI", "false"))
         builder = builder.config("spark.driver.memory", os.environ.get("MILLPOND_DRIVER_MEMORY", "2g"))
     for key, value in BASE_CONF.items():
