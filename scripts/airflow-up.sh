@@ -18,6 +18,10 @@ else
   export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
   export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
   export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
+  # The scheduler queues the first run before the API server answers; with the 5 s / 5-retry defaults the task dies
+  # on a busy machine (ReadTimeout on the execution API) and waits out its retry delay (300 s).
+  export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="${AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT:-30}"
+  export AIRFLOW__WORKERS__EXECUTION_API_RETRIES="${AIRFLOW__WORKERS__EXECUTION_API_RETRIES:-10}"
   # setsid: a new session and process group whose id is the leader's pid.
   setsid airflow standalone >"$LOG" 2>&1 </dev/null &
   LEADER=$!

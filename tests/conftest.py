@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["TZ"] = "UTC"
+# py4j logs "Closing down clientserver connection" at exit, after pytest closed its capture streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,62 @@
+"""The quality gate through the activity DAG: a failing increment stops the run at `quality_gate`, gold untouched."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from millpond import paths, run_summary
+from millpond.delta_log import table_state
+from millpond.generate import activity_files, land_file
+from tests.dags.airflow_run import airflow_env, dags_test, migrate, spark_processes
+from tests.lake_tables import device_counts, hourly
+
+pytestmark = pytest.mark.integration
+
+FLY_ROWS = 4
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    env = airflow_env(tmp_path / "airflow_home", lake)
+    migrate(env)
+    monkeypatch.setenv("MILLPOND_LAKE", str(lake))
+    yield tmp_path, lake, env
+    assert spark_processes(lake) == [], "a Spark process outlived the test"
+
+
+def land_with_flying_rows(lake):
+    """An increment where a few recordings claim the activity 'fly' (not in the suite's set: a `fail` rule)."""
+    landed = activity_files(lake / "landing" / "activity", 1, 200, seed=8)[0]
+    records = [json.loads(line) for line in landed.read_text().splitlines()]
+    for record in records[:FLY_ROWS]:
+        record["gt"] = "fly"
+    land_file(landed.parent, landed.name, [json.dumps(r) for r in records])
+
+
+def test_failing_increment_fails_quality_gate_and_leaves_silver_and_gold_unchanged(site, spark):
+    root, lake, env = site
+    activity_files(lake / "landing" / "activity", 1, 200, seed=7)
+    rc, log = dags_test(env, "2026-11-02T05:00:00+00:00", root / "clean.log")
+    assert rc == 0, log[-3000:]
+    before = {t: table_state(paths.table_path(t)).version for t in ("silver.activity", "gold.device_counts",
+                                                                     "gold.activity_hourly")}  # fmt: skip
+    gold_before = (device_counts(spark), hourly(spark))
+
+    land_with_flying_rows(lake)
+    rc, log = dags_test(env, "2026-11-02T06:00:00+00:00", root / "fly.log")
+    assert rc != 0
+    assert "quality gate failed" in log
+    assert "activity.silver.activity" in log and "expect_column_values_to_be_in_set" in log
+    assert f"unexpected={FLY_ROWS}" in log
+    summary = run_summary.latest("activity")
+    silver = next(t for t in summary["tables"] if t["table"] == "silver.activity")
+    assert silver["outcome"] == "gate_failed"
+    assert silver["gate"]["report_path"] in log
+    assert "gold.device_counts" not in {t["table"] for t in summary["tables"] if t["outcome"] == "succeeded"}
+    after = {t: table_state(paths.table_path(t)).version for t in before}
+    assert after == before  # neither silver nor gold got a new version
+    assert (device_counts(spark), hourly(spark)) == gold_before
