@@ -42,7 +42,7 @@ def append(spark: SparkSession, pipeline: str, run: RunContext, results: list[Ta
 def write_run_summary(pipeline: str, run: RunContext, results: list[TableResult]) -> str:
     """The same rows as JSON, for readers without Spark (Airflow summary task, `millpond status`)."""
     tables = [
-        {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in asdict(r).items() if k != "batch_ids"}
+        {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in asdict(r).items()}
         | {"path": str(paths.table_path(r.table)), "seconds": round(r.seconds, 2)}
         for r in results
     ]

@@ -31,6 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from millpond import paths, reports
+from millpond.delta_log import latest_version
 from millpond.spec import Table
 from millpond.suites import Rule, Suite, load_suite
 
@@ -336,8 +337,6 @@ def pending_versions(pipeline: str, table: Table) -> tuple[int, int] | None:
     A Delta source offset (v, -1) means every version before v is consumed; (v, i >= 0) means part of version v
     (treated as consumed: the runner reads whole versions unless a rate limit splits one).
     """
-    from millpond.delta_log import latest_version
-
     latest = latest_version(paths.table_path(table.source))
     checkpoint = paths.checkpoint_path(pipeline, table.id)
     commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if checkpoint.exists() else []
@@ -361,7 +360,7 @@ def read_versions(spark: SparkSession, table_id: str, first: int, last: int) -> 
     for version in range(first, last + 1):
         commit = root / "_delta_log" / f"{version:020d}.json"
         if not commit.exists():
-            raise ValueError(f"{table_id} has no version {version} (latest: {delta_version_of(root)})")
+            raise ValueError(f"{table_id} has no version {version} (latest: {latest_version(root)})")
         for line in commit.read_text().splitlines():
             action = json.loads(line)
             if "add" in action:
@@ -372,12 +371,6 @@ def read_versions(spark: SparkSession, table_id: str, first: int, last: int) -> 
     if not files:
         return spark.createDataFrame([], StructType(current.schema.fields))
     return spark.read.schema(current.schema).parquet(*files)
-
-
-def delta_version_of(root: Path) -> int:
-    from millpond.delta_log import latest_version
-
-    return latest_version(root)
 
 
 def check_main(argv: list[str] | None = None) -> int:
@@ -419,11 +412,11 @@ def check_main(argv: list[str] | None = None) -> int:
     worst = 0
     for table in tables:
         if args.version_from is not None:
-            last = args.version_to if args.version_to is not None else delta_version_of(paths.table_path(table.source))
+            last = args.version_to if args.version_to is not None else latest_version(paths.table_path(table.source))
             window: tuple[int, int] | None = (args.version_from, last)
             if args.version_from < 0 or args.version_from > last:
                 print(f"millpond check: --version-from {args.version_from} is outside {table.source}'s versions "
-                      f"0..{delta_version_of(paths.table_path(table.source))}", file=sys.stderr)  # fmt: skip
+                      f"0..{latest_version(paths.table_path(table.source))}", file=sys.stderr)  # fmt: skip
                 return 2
         else:
             window = pending_versions(pipeline.name, table)

@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -69,7 +69,6 @@ class TableResult:
     outcome: str = "running"
     error: str | None = None
     full_refresh: bool = False
-    batch_ids: list[int] = field(default_factory=list)
     gate: dict | None = None  # data-quality gate summary (gated tables only): suite, outcome, failures, report
 
     def record_gate(self, report) -> None:
@@ -131,7 +130,6 @@ class BatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.result.micro_batches += 1
-        self.result.batch_ids.append(batch_id)
         inject_fault(self.table.id, "before_write", batch_id)
         if self.gate is not None:
             self.write_gated_batch(batch, batch_id)
