@@ -15,13 +15,14 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
 PIPELINE ?= activity
 
-.PHONY: setup venv jars browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down
+.PHONY: setup venv jars browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress
 help:
 	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make test   set up, then run every test (unit + integration, kill tests included)"
 	@echo "make run-dag PIPELINE=<name>  one DAG run through Airflow (airflow dags test, SQLite, honours MILLPOND_LAKE)"
 	@echo "make up     Airflow scheduler + UI/API + dag-processor + triggerer in the background (login required)"
 	@echo "make down   stop everything make up started"
+	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (RELIABILITY.md)"
 
 setup: venv jars
 
@@ -64,6 +65,12 @@ demo: setup airflow-db
 	$(BIN)/millpond generate activity --files 3 --rows 2000 --duplicates 0.03 --malformed 0.005
 	$(MAKE) --no-print-directory run-dag PIPELINE=activity
 	$(BIN)/millpond status activity
+
+# Long seeded crash loop (RELIABILITY.md); `make test` runs 3 cycles of the same loop.
+CYCLES ?= 30
+SEED ?= 1
+stress: setup
+	$(BIN)/python -m tests.stress --cycles $(CYCLES) --seed $(SEED) --lake .cache/stress/lake --results .cache/stress/results.json
 
 up: setup airflow-db
 	scripts/airflow-up.sh

@@ -27,6 +27,7 @@ from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetabl
 from airflow.sdk.exceptions import AirflowException
 
 from millpond import paths, run_summary
+from millpond.airflow_plugin import ReportLink
 from millpond.airflow_report import format_summary
 from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline
 
@@ -129,6 +130,7 @@ class MillpondSparkSubmitOperator(SparkSubmitOperator):
     """Runs `spark_jobs/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped."""
 
     ui_color = "#f4a460"
+    operator_extra_links = (ReportLink(),)  # ingest validates silver, gold its own suites: the run's report
 
     def __init__(self, *, pipeline: str, layers: tuple[str, ...], full_refresh: str, extra_args: tuple[str, ...] = (),
                  **kwargs: Any):  # fmt: skip
@@ -321,7 +323,10 @@ def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
                                        f"did not run: {', '.join(missing) or '-'}")  # fmt: skip
             return ordered
 
-        ingest >> quality_gate() >> gold >> summarize()
+        gate = quality_gate()
+        # A @task has no class of its own to declare links on; the instance attribute is what Airflow serializes.
+        gate.operator.operator_extra_links = (ReportLink(),)
+        ingest >> gate >> gold >> summarize()
     return dag
 
 

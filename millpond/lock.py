@@ -22,11 +22,19 @@ class PipelineBusy(RuntimeError):
     pass
 
 
+class LakeNotWritable(RuntimeError):
+    """The lock cannot even be created: a read-only, full or foreign-owned lake, caught before Spark starts."""
+
+
 @contextmanager
 def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0):
     path = paths.lock_path(pipeline)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
+    except OSError as exc:
+        raise LakeNotWritable(f"cannot create the pipeline lock {path}: {exc}. Fix: make the lake writable "
+                              "(and give it free space) for the user running millpond") from None  # fmt: skip
     deadline = time.monotonic() + wait_seconds
     try:
         while True:

@@ -26,6 +26,7 @@ LAYERS = ("bronze", "silver", "gold")
 FILE_FORMATS = ("json", "csv", "parquet")
 OUTPUT_MODES = ("append", "complete")
 TRIGGERS = ("availableNow", "once", "processingTime")
+SCHEMA_DRIFT = ("rescue", "add", "fail")  # what a json source does with fields its schema does not name
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 LANDING = "landing"  # sources are referenced as `landing.<source name>`
 
@@ -80,6 +81,9 @@ class FileSource:
     schema: str  # Spark DDL
     options: Mapping[str, str] = field(default_factory=dict)
     rate_limit: RateLimit = RateLimit()
+    # json only. rescue: unknown fields kept as JSON in bronze's `_rescued_data`; add: each becomes a (string)
+    # bronze column; fail: the run stops before writing the batch. README "Bad input and schema drift".
+    schema_drift: str = "rescue"
 
     @property
     def id(self) -> str:
@@ -317,7 +321,7 @@ class _Loader:
     def file_source(self, name: str, raw: Any) -> FileSource | None:
         where = f"sources.{name}"
         spec = self.fields(where, raw, {"format": True, "path": True, "schema": False, "options": False,
-                                        "rate_limit": False})  # fmt: skip
+                                        "rate_limit": False, "schema_drift": False})  # fmt: skip
         if not _NAME.match(name):
             self.problem(where, f"{name!r} is not a valid source name", "use lower_snake_case")
         fmt = str(spec.get("format", ""))
@@ -335,13 +339,27 @@ class _Loader:
             options = {}
         path = str(spec.get("path", ""))
         self.lake_path(f"{where}.path", path)
+        drift = self.schema_drift(f"{where}.schema_drift", fmt, spec.get("schema_drift"))
         if not spec:
             return None
         return FileSource(
             name=name, format=fmt, path=path, schema=str(schema or ""),
             options={str(k): str(v) for k, v in options.items()},
-            rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit")),
+            rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit")), schema_drift=drift,
         )  # fmt: skip
+
+    def schema_drift(self, where: str, fmt: str, raw: Any) -> str:
+        if raw is None:
+            return "rescue"
+        if str(raw) not in SCHEMA_DRIFT:
+            self.problem(where, f"unknown policy {raw!r}",
+                         "use rescue (default: keep new fields as JSON in _rescued_data), add (new fields become "
+                         "columns) or fail (stop the run)")  # fmt: skip
+            return "rescue"
+        if fmt != "json":
+            self.problem(where, f"schema_drift applies to json sources only, not {fmt}",
+                         "remove it (a csv line with extra fields is quarantined as 'too many fields')")  # fmt: skip
+        return str(raw)
 
     def lake_path(self, where: str, path: str) -> None:
         if not path:

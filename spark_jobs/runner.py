@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 
 from millpond import paths
-from millpond.lock import PipelineBusy, pipeline_lock
+from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.spec import LAYERS, Pipeline, SpecError, load_pipeline
 
 
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineBusy as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 3
+    except LakeNotWritable as exc:
+        print(f"millpond: {exc}", file=sys.stderr)
+        return 1
 
 
 def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args: argparse.Namespace,
@@ -139,8 +142,14 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
             print(f"millpond: {gate_failure_text(pipeline, result) if gate_failed else exc}", file=sys.stderr)
         results.append(result)
         print(format_result(result), flush=True)
-    event_log.append(spark, pipeline.name, run, results)
-    summary = event_log.write_run_summary(pipeline.name, run, results)
+    try:
+        event_log.append(spark, pipeline.name, run, results)
+        summary = event_log.write_run_summary(pipeline.name, run, results)
+    except Exception as exc:  # the tables are committed (or not) already; say so instead of a traceback
+        print(f"millpond: run {run_id}: could not record the run in {paths.event_log_path()}: "
+              f"{str(exc).strip().splitlines()[0][:500]}. The tables are as reported above; rerun once the lake is "
+              "writable.", file=sys.stderr)  # fmt: skip
+        return 1
     print(f"millpond: run {run_id} {'FAILED at ' + failed if failed else 'succeeded'}; summary {summary}")
     for result in results:
         if result.gate:

@@ -1,20 +1,39 @@
-"""Streaming reads: landing folders (parsed, malformed lines kept for quarantine) and upstream Delta tables."""
+"""Streaming reads: landing folders (parsed, malformed lines kept for quarantine) and upstream Delta tables.
+
+What one landed record is, so that bronze rows + quarantined rows == records:
+- json: a line as Spark's text source splits a file (at `\\n`, `\\r\\n` or a lone `\\r`; NUL, `\\x0b`, `\\x0c`,
+  `\\x1c`-`\\x1e`, `\\x85`, `\\u2028`, `\\u2029` do NOT end a line, unlike Python's `str.splitlines`), except blank
+  lines (empty, or only spaces and tabs), which are skipped. An empty file holds no record.
+- csv: a data line after the header (the CSV reader skips blank lines). parquet: a row.
+"""
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from millpond import paths
 from millpond.spec import FileSource, Pipeline, Table
 
 # Columns a landing read adds next to the source's schema. `_error` is null for a well-formed line.
 SOURCE_FILE, RAW, ERROR = "_source_file", "_raw", "_error"
+# json sources only: fields of a line that the schema does not name, as a JSON object (kept in bronze under the
+# default `schema_drift: rescue`), and their names (used by the writer for `add` and `fail`, never written).
+RESCUED, NEW_FIELDS = "_rescued_data", "_new_fields"
 _CORRUPT = "_corrupt_record"
 # The file source silently skips files whose mtime is older than maxFileAge (default 7 days) relative to the
 # newest file seen: a late file copied with its original mtime would be lost. Ten years is "never".
 _MAX_FILE_AGE = "3650d"
+# A json line longer than this is quarantined unparsed ("line too long"): a record that size is a producer bug,
+# and carrying it into bronze, silver and the quality reports costs memory at every step.
+MAX_LINE_BYTES = 1024 * 1024
+# Quarantined raw text is cut to this many characters (the reason then says so and gives the full length).
+RAW_KEEP_CHARS = 64 * 1024
+# New json fields that can become bronze columns under `schema_drift: add`; any other name is rescued instead.
+ADDABLE_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # `_name` is millpond's (`_ingested_at`, ...)
 
 
 def read_table_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> DataFrame:
@@ -38,60 +57,206 @@ def read_landing(spark: SparkSession, source: FileSource) -> DataFrame:
         return parse_json_lines(lines.select("value", F.col("_metadata.file_path").alias(SOURCE_FILE)), schema,
                                 source.options)  # fmt: skip
     if source.format == "csv":
-        typed = StructType([*schema.fields]).add(_CORRUPT, "string")
+        csv_options = {"header": "true", **source.options}
         raw = (
-            spark.readStream.format("csv").schema(typed)
-            .options(**{"header": "true", **source.options, **options})
+            spark.readStream.format("csv").schema(_nullable(schema).add(_CORRUPT, "string"))
+            .options(**csv_options, **options)
             .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
             .load(location)
         )  # fmt: skip
+        bad = F.col(_CORRUPT).isNotNull()
         return raw.select(
             *[F.col(f"`{f.name}`") for f in schema.fields],
             F.col("_metadata.file_path").alias(SOURCE_FILE),
-            F.col(_CORRUPT).alias(RAW),
-            F.when(F.col(_CORRUPT).isNotNull(), F.lit("csv line does not match the schema (field count or type)"))
-            .alias(ERROR),
+            F.coalesce(_kept_raw(F.col(_CORRUPT)), _as_json(schema)).alias(RAW),
+            F.when(bad, _csv_reason(schema, csv_options)).otherwise(_missing_required(schema, F.col)).alias(ERROR),
         )
     # parquet carries its own types: nothing can be malformed at the line level.
-    typed_stream = spark.readStream.format("parquet").schema(schema).options(**options).load(location)
+    typed_stream = spark.readStream.format("parquet").schema(_nullable(schema)).options(**options).load(location)
     return typed_stream.select(
-        "*", F.col("_metadata.file_path").alias(SOURCE_FILE), F.lit(None).cast("string").alias(RAW),
-        F.lit(None).cast("string").alias(ERROR),
+        "*", F.col("_metadata.file_path").alias(SOURCE_FILE), _as_json(schema).alias(RAW),
+        _missing_required(schema, F.col).alias(ERROR),
     )  # fmt: skip
 
 
 def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, str] | None = None) -> DataFrame:
-    """Parse NDJSON rows (`value`, `_source_file`) against the schema; blank lines dropped, bad ones get a reason."""
+    """Parse NDJSON rows (`value`, `_source_file`) against the schema; blank lines dropped, bad ones get a reason.
+
+    A line is parsed only if it is valid UTF-8 and at most MAX_LINE_BYTES long; otherwise it is quarantined with
+    that reason. Fields the schema does not name end up in `_rescued_data` (JSON) and `_new_fields` (names).
+    """
     value = F.col("value")
+    readable = (F.octet_length(value) <= MAX_LINE_BYTES) & F.is_valid_utf8(value)
     parse_options = {**(options or {}), "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
-    parsed = lines.where(F.trim(value) != "").select(
-        value,
-        F.col(SOURCE_FILE),
-        F.from_json(value, StructType([*schema.fields]).add(_CORRUPT, "string"), parse_options).alias("j"),
+    # `text` is null for an unreadable line, so nothing below parses 10 MB of it (Spark may evaluate a CASE
+    # branch it does not take when it shares a subexpression).
+    text = F.col("text")
+    parsed = (
+        lines.where(F.btrim(value, F.lit(" \t")) != "")
+        .select(value, F.col(SOURCE_FILE), F.when(readable, value).alias("text"))
+        .select(
+            value,
+            text,
+            F.col(SOURCE_FILE),
+            F.from_json(text, _nullable(schema).add(_CORRUPT, "string"), parse_options).alias("j"),
+            F.json_object_keys(text).alias("keys"),
+        )
+    )
+    malformed = F.col("j").getField(_CORRUPT).isNotNull() | F.col("j").isNull()
+    error = F.when(malformed, _json_reason(schema)).otherwise(_missing_required(schema, F.col("j").getField))
+    unknown = F.array_except(F.col("keys"), F.array(*[F.lit(f.name) for f in schema.fields]))
+    rescued = F.to_json(
+        F.map_filter(F.from_json(text, "map<string,variant>"), lambda k, _: F.array_contains(unknown, k))
     )
     return parsed.select(
         *[F.col("j").getField(f.name).alias(f.name) for f in schema.fields],
         SOURCE_FILE,
-        value.alias(RAW),
-        F.when(F.col("j").getField(_CORRUPT).isNotNull() | F.col("j").isNull(), _json_reason(schema)).alias(ERROR),
+        F.when(error.isNull(), value).otherwise(_kept_raw(value)).alias(RAW),
+        error.alias(ERROR),
+        F.when(error.isNull() & (F.size(unknown) > 0), rescued).alias(RESCUED),
+        F.when(error.isNull() & (F.size(unknown) > 0), unknown).alias(NEW_FIELDS),
     )
+
+
+def _nullable(schema: StructType) -> StructType:
+    """The readers get every field nullable: a `NOT NULL` field's absence is a reason to quarantine, not a crash."""
+    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
+
+
+def _as_json(schema: StructType) -> Column:
+    """The raw text of a typed record that breaks a NOT NULL rule: the record as JSON."""
+    return F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in schema.fields]))
+
+
+def _kept_raw(raw: Column) -> Column:
+    """What the quarantine keeps of a bad line: valid UTF-8 (bad bytes become U+FFFD), at most RAW_KEEP_CHARS."""
+    return F.substring(F.make_valid_utf8(raw), 1, RAW_KEEP_CHARS)
+
+
+def _truncation_note(raw: Column) -> Column:
+    length = F.length(F.make_valid_utf8(raw))
+    note = F.concat(F.lit(f"; raw keeps the first {RAW_KEEP_CHARS} of "), length.cast("string"), F.lit(" characters"))
+    return F.when(length > RAW_KEEP_CHARS, note).otherwise(F.lit(""))
+
+
+def _missing_required(schema: StructType, column) -> Column:
+    """`name TYPE NOT NULL` in the spec's schema: a record without that field (or with null) is quarantined."""
+    missing = [F.when(column(f.name).isNull(), F.lit(f"field {f.name}: missing or null (declared NOT NULL)"))
+               for f in schema.fields if not f.nullable]  # fmt: skip
+    if not missing:
+        return F.lit(None).cast("string")
+    reasons = F.concat_ws("; ", *missing)
+    return F.when(reasons != "", reasons)
 
 
 def _json_reason(schema: StructType) -> Column:
     """Why a line was rejected, naming the field where one is to blame. Only evaluated for bad lines."""
-    value = F.col("value")
+    value, text = F.col("value"), F.col("text")
     wrong_fields = [
         F.when(
-            F.get_json_object(value, f"$['{f.name}']").isNotNull() & F.col("j").getField(f.name).isNull(),
-            F.concat(F.lit(f"field {f.name}: expected {f.dataType.simpleString()}, got "),
-                     F.substring(F.get_json_object(value, f"$['{f.name}']"), 1, 60)),
+            F.get_json_object(text, f"$['{f.name}']").isNotNull() & F.col("j").getField(f.name).isNull(),
+            F.concat(
+                F.lit(f"field {f.name}: expected {f.dataType.simpleString()}, got "),
+                F.substring(F.get_json_object(text, f"$['{f.name}']"), 1, 60),
+            ),
         )
         for f in schema.fields
     ]
     by_field = F.concat_ws("; ", *wrong_fields)
-    return (
-        F.when(~F.ltrim(value).startswith("{"), F.lit("not a JSON object"))
-        .when(F.get_json_object(value, "$").isNull(), F.lit("malformed JSON (truncated or invalid syntax)"))
+    reason = (
+        F.when(F.octet_length(value) > MAX_LINE_BYTES,
+               F.concat(F.lit("line too long: "), F.octet_length(value).cast("string"),
+                        F.lit(f" bytes (limit {MAX_LINE_BYTES}), not parsed")))
+        .when(~F.is_valid_utf8(value), F.lit("invalid UTF-8 bytes (shown as U+FFFD in raw)"))
+        .when(~F.ltrim(text).startswith("{"), F.lit("not a JSON object"))
+        .when(F.get_json_object(text, "$").isNull(), F.lit("malformed JSON (truncated or invalid syntax)"))
         .when(by_field != "", by_field)
         .otherwise(F.lit("does not match the schema"))
+    )  # fmt: skip
+    return F.concat(reason, _truncation_note(value))
+
+
+def _csv_reason(schema: StructType, options: dict[str, str]) -> Column:
+    """Why a CSV line was rejected: too few or too many fields (quoted separators not counted), or a field's type."""
+    raw = F.col(_CORRUPT)
+    sep = options.get("sep", options.get("delimiter", ","))
+    quote = options.get("quote", '"')
+    unquoted = F.regexp_replace(raw, f"{re.escape(quote)}(?:[^{re.escape(quote)}]|{re.escape(quote * 2)})*"
+                                     f"{re.escape(quote)}", "") if quote else raw  # fmt: skip
+    count = F.size(F.split(unquoted, re.escape(sep)))
+    expected = len(schema.fields)
+    names = ", ".join(f.name for f in schema.fields)
+    as_text = F.from_csv(raw, ", ".join(f"`{f.name}` STRING" for f in schema.fields),
+                         {k: v for k, v in options.items() if k not in ("header", "enforceSchema")})  # fmt: skip
+    wrong_fields = [
+        F.when(as_text.getField(f.name).isNotNull() & F.col(f"`{f.name}`").isNull(),
+               F.concat(F.lit(f"field {f.name}: expected {f.dataType.simpleString()}, got "),
+                        F.substring(as_text.getField(f.name), 1, 60)))
+        for f in schema.fields
+    ]  # fmt: skip
+    by_field = F.concat_ws("; ", *wrong_fields)
+    prefix = "csv line does not match the schema: "
+    reason = (
+        F.when(count < expected, F.concat(F.lit(prefix + "too few fields ("), count.cast("string"),
+                                          F.lit(f", expected {expected}: {names})")))
+        .when(count > expected, F.concat(F.lit(prefix + "too many fields ("), count.cast("string"),
+                                         F.lit(f", expected {expected}: {names})")))
+        .when(by_field != "", F.concat(F.lit(prefix), by_field))
+        .otherwise(F.lit(prefix + "unparseable line"))
+    )  # fmt: skip
+    return F.concat(reason, _truncation_note(raw))
+
+
+class SchemaDriftFailed(RuntimeError):
+    """`schema_drift: fail` met a well-formed record with fields the source's schema does not name."""
+
+
+def apply_schema_drift(good: DataFrame, source: FileSource, spec_path: str, table_columns: list[str]) -> DataFrame:
+    """The well-formed rows of a parsed json batch shaped by the source's drift policy, `_new_fields` dropped.
+
+    rescue: `_rescued_data` as parsed. add: each new field named like an identifier that is not a column yet
+    (Delta names are case-insensitive), or that an earlier batch added, becomes a STRING column holding the
+    field's text (a JSON string unquoted, anything else as JSON); other new fields stay in `_rescued_data`.
+    STRING because one batch's values cannot fix a type for every later file (87 now, 87.5 next hour, "n/a"
+    tomorrow): cast downstream. fail: raise SchemaDriftFailed naming the source, each new field and its files,
+    and the fix; nothing is written.
+    """
+    if NEW_FIELDS not in good.columns:
+        return good
+    if source.schema_drift == "rescue":
+        return good.drop(NEW_FIELDS)
+    found = (
+        good.where(F.col(NEW_FIELDS).isNotNull())
+        .select(F.explode(NEW_FIELDS).alias("field"), SOURCE_FILE)
+        .groupBy("field").agg(F.sort_array(F.collect_set(SOURCE_FILE)).alias("files"))
+        .orderBy("field").collect()
+    )  # fmt: skip
+    if not found:
+        return good.drop(NEW_FIELDS)
+    if source.schema_drift == "fail":
+        raise SchemaDriftFailed(_drift_message(source, spec_path, found))
+    columns = {c.lower(): c for c in [*table_columns, *good.columns]}
+    # A plain name that is no column yet, or exactly a column an earlier batch added; not a case variant of one.
+    added = [r.field for r in found if ADDABLE_FIELD.match(r.field) and columns.get(r.field.lower(), r.field) == r.field
+             and r.field not in good.columns]  # fmt: skip
+    left = F.array_except(F.col(NEW_FIELDS), F.array(*[F.lit(name) for name in added]))
+    rescued = F.to_json(F.map_filter(F.from_json(RAW, "map<string,variant>"), lambda k, _: F.array_contains(left, k)))
+    return good.select(
+        *[c for c in good.columns if c not in (RESCUED, NEW_FIELDS)],
+        F.when(F.size(left) > 0, rescued).alias(RESCUED),
+        *[F.get_json_object(RAW, f"$.{name}").alias(name) for name in added],
+    )
+
+
+def _drift_message(source: FileSource, spec_path: str, found: list) -> str:
+    fields = []
+    for row in found:
+        files = ", ".join(row.files[:3]) + (f" and {len(row.files) - 3} more" if len(row.files) > 3 else "")
+        fields.append(f"{row.field} (in {files})")
+    names = ", ".join(row.field for row in found)
+    return (
+        f"schema drift in source {source.id}: new field(s) {'; '.join(fields)} not in its schema, and its policy is "
+        f"schema_drift: fail, so nothing of this batch was written. Fix: add {names} to sources.{source.name}.schema "
+        f"in {spec_path} (as 'name TYPE'), or set sources.{source.name}.schema_drift to rescue or add; then rerun: "
+        "the same files are read again and ingested once"
     )

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.utils import CapturedException
 
-from millpond import paths
+from millpond import checkpoints, paths
 from millpond.delta_log import latest_version as delta_version
 from millpond.delta_log import rows_added
 from millpond.spec import Pipeline, Table
@@ -35,10 +35,6 @@ class TableFailed(RuntimeError):
     def __init__(self, table_id: str, message: str, result: TableResult | None = None):
         super().__init__(f"table {table_id} failed: {message}")
         self.table_id, self.result = table_id, result
-
-
-class CheckpointMissing(RuntimeError):
-    pass
 
 
 @dataclass
@@ -122,11 +118,15 @@ class BatchWriter:
     """foreachBatch target: idempotent Delta writes of one table (and its quarantine) per micro-batch."""
 
     def __init__(self, spark: SparkSession, table: Table, app_id: str, run: RunContext, result: TableResult,
-                 gate=None):  # fmt: skip
+                 gate=None, pipeline: Pipeline | None = None):  # fmt: skip
         self.spark, self.table, self.app_id, self.run, self.result = spark, table, app_id, run, result
         self.path = str(paths.table_path(table.id))
         self.quarantine = str(paths.quarantine_path(table.id))
         self.gate = gate  # spark_jobs.quality.Gate for a table with an expectations suite
+        self.pipeline = pipeline  # for a landing table: its source's schema_drift policy and spec path
+        # Append tables take new columns from upstream (`schema_drift: add`, a field added to a source schema, a
+        # `SELECT *` over an evolved table): Delta adds the column, older rows read null. Never a type change.
+        self.merge_schema = table.output_mode == "append"
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.result.micro_batches += 1
@@ -154,6 +154,7 @@ class BatchWriter:
         (
             df.write.format("delta").mode(mode)
             .option("txnAppId", self.app_id).option("txnVersion", batch_id)
+            .option("mergeSchema", str(self.merge_schema and path == self.path).lower())
             .save(path)
         )  # fmt: skip
 
@@ -201,9 +202,9 @@ class BatchWriter:
             counts = {row["bad"]: row["count"] for row in batch.groupBy(F.col(sources.ERROR).isNotNull().alias("bad"))
                       .count().collect()}  # fmt: skip
             self.result.rows_in += sum(counts.values())
-            good_columns = [c for c in batch.columns if c not in (sources.RAW, sources.ERROR)]
-            good = batch.where(F.col(sources.ERROR).isNull()).select(*good_columns, ingested_at.alias("_ingested_at"))
-            self.write(good, self.path, "append", batch_id)
+            good = self.shape_for_drift(batch.where(F.col(sources.ERROR).isNull()))  # fail: raises before writing
+            good_columns = [c for c in good.columns if c not in (sources.RAW, sources.ERROR)]
+            self.write(good.select(*good_columns, ingested_at.alias("_ingested_at")), self.path, "append", batch_id)
             if counts.get(True):
                 bad = batch.where(F.col(sources.ERROR).isNotNull()).select(
                     F.col(sources.RAW).alias("raw"),
@@ -218,6 +219,20 @@ class BatchWriter:
         finally:
             batch.unpersist()
 
+    def shape_for_drift(self, good: DataFrame) -> DataFrame:
+        """Apply the json source's `schema_drift` policy to the batch's well-formed rows (see sources.py)."""
+        if self.pipeline is None or sources.NEW_FIELDS not in good.columns:
+            return good
+        source = self.pipeline.sources[self.table.source]
+        existing = []
+        if delta_version(Path(self.path)) >= 0:
+            existing = self.spark.read.format("delta").load(self.path).columns
+        try:
+            return sources.apply_schema_drift(good, source, str(self.pipeline.spec_path), existing)
+        except sources.SchemaDriftFailed as exc:
+            self.result.error = str(exc)  # run_table reports it: Spark's wrapper would bury it in a traceback
+            raise
+
 
 def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext, result: TableResult):
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
@@ -227,7 +242,7 @@ def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunC
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
         .option("checkpointLocation", str(checkpoint))
         .outputMode(table.output_mode)
-        .foreachBatch(BatchWriter(spark, table, app_id, run, result, gate_for(spark, pipeline, table, run)))
+        .foreachBatch(BatchWriter(spark, table, app_id, run, result, gate_for(spark, pipeline, table, run), pipeline))
     )
     if table.trigger.kind == "availableNow":
         writer = writer.trigger(availableNow=True)
@@ -256,17 +271,22 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
     result.version_before, quarantine_before = delta_version(path), delta_version(quarantine)
     error = None
     try:
-        check_checkpoint(pipeline, table)
+        checkpoints.verify(pipeline, table)
         query = start_query(spark, pipeline, table, run, result)
         if table.trigger.kind == "processingTime":
             query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
             query.stop()
         query.awaitTermination()
         collect_progress(query, table, result)
+        checkpoints.record_shape(pipeline, table)
     except CapturedException as exc:
-        error = _first_line(exc)
-    except CheckpointMissing as exc:
+        error = result.error or _first_line(exc)  # a message the batch writer left (schema drift) beats Spark's
+        hint = storage_error_fix(str(exc)) or checkpoints.spark_error_fix(pipeline, table, str(exc))
+        error = f"{error} -- {hint}" if hint else error
+    except checkpoints.CheckpointProblem as exc:
         error = str(exc)
+    except OSError as exc:  # our own checkpoint files (metadata, millpond.json) on a full or read-only lake
+        error = f"{exc} -- {storage_error_fix(str(exc)) or 'storage error'}"
     result.ended_at = datetime.now(UTC)
     result.version_after = delta_version(path)
     result.outcome = "failed" if error else "succeeded"
@@ -291,15 +311,6 @@ def gate_message(table: Table, result: TableResult) -> str:
             f"(index {gate.get('index_path')}). {table.id} and its downstream tables are unchanged")  # fmt: skip
 
 
-def check_checkpoint(pipeline: Pipeline, table: Table) -> None:
-    """A table with data but no checkpoint would be re-ingested from scratch: refuse instead of duplicating."""
-    if delta_version(paths.table_path(table.id)) >= 0 and not (paths.checkpoint_path(pipeline.name, table.id) / "offsets").exists():
-        raise CheckpointMissing(
-            f"its checkpoint {paths.checkpoint_path(pipeline.name, table.id)} is missing but the table has data; "
-            f"re-reading the source would duplicate rows. Fix: `millpond run {pipeline.name} --full-refresh {table.id}`",
-        )
-
-
 def collect_progress(query, table: Table, result: TableResult) -> None:
     progresses = query.recentProgress
     if not table.reads_landing:
@@ -309,6 +320,24 @@ def collect_progress(query, table: Table, result: TableResult) -> None:
             result.rows_dropped_by_watermark += state.numRowsDroppedByWatermark
     if progresses and progresses[-1].stateOperators:
         result.state_rows = sum(s.numRowsTotal for s in progresses[-1].stateOperators)
+
+
+STORAGE_ERRORS = {
+    "No space left on device": "the disk holding it is full. Fix: free space there",
+    "Disk quota exceeded": "the disk quota is used up. Fix: free space or raise the quota",
+    "Permission denied": "this user may not write there. Fix: give the user running millpond write access",
+    "AccessDeniedException": "this user may not write there. Fix: give the user running millpond write access",
+    "Read-only file system": "the file system is read-only. Fix: remount it read-write",
+}
+
+
+def storage_error_fix(message: str) -> str | None:
+    """A lake storage failure in plain words. Delta commits are atomic, so readers still see the last version."""
+    for marker, what in STORAGE_ERRORS.items():
+        if marker in message:
+            return (f"storage error writing the lake {paths.lake_root()}: {what}, then rerun; the failed batch was "
+                    "not committed, readers still see the previous table version, and the rerun writes it once")  # fmt: skip
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

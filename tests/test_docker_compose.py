@@ -89,3 +89,9 @@ def test_no_secrets_in_the_compose_file(compose):
     assert "${POSTGRES_PASSWORD:?" in text and "${AIRFLOW_JWT_SECRET:?" in text
     example = (REPO / ".env.example").read_text()
     assert "POSTGRES_PASSWORD=" in example and "AIRFLOW_JWT_SECRET=" in example
+
+
+def test_the_image_installs_the_package_so_airflow_finds_the_report_plugin():
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    assert "pip install --no-cache-dir --no-deps -e /opt/millpond" in dockerfile
+    assert 'millpond = "millpond.airflow_plugin:MillpondPlugin"' in (REPO / "pyproject.toml").read_text()

@@ -23,6 +23,7 @@ import httpx
 import psutil
 import pytest
 
+from millpond import reports
 from tests.dags.airflow_run import group_alive, spark_processes, wait_for
 from tests.dags.conftest import REPO
 
@@ -148,6 +149,7 @@ def test_make_up_serves_the_dags_behind_a_login_and_make_down_leaves_nothing(sta
         token = http.post("/auth/token", json={"username": "admin", "password": passwords["admin"]})
         assert token.status_code in (200, 201), token.text
         http.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+        check_report_pages(http, lake, token.json()["access_token"])
 
         def activity_dag():
             resp = http.get("/api/v2/dags", params={"dag_id_pattern": "activity"})
@@ -202,3 +204,33 @@ def test_make_up_serves_the_dags_behind_a_login_and_make_down_leaves_nothing(sta
     # A second `make down` is harmless.
     again = make("down", env, timeout=30)
     assert again.returncode == 0 and "not running" in again.stdout, again.stdout + again.stderr
+
+
+def check_report_pages(http: httpx.Client, lake: Path, token: str) -> None:
+    """The millpond plugin on the real API server: listed, its report pages behind the same login as the API."""
+    page = reports.docs_dir(lake) / "validations" / "activity" / "silver" / "activity" / "run-1" / "report.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html><body>gate report, batch 1</body></html>")
+    reports.write_index(lake)
+
+    plugins = http.get("/api/v2/plugins")
+    assert plugins.status_code == 200, plugins.text
+    millpond = next((p for p in plugins.json()["plugins"] if p["name"] == "millpond"), None)
+    assert millpond, plugins.json()
+    assert [a["url_prefix"] for a in millpond["fastapi_apps"]] == ["/millpond/reports"], millpond
+    assert {v["destination"] for v in millpond["external_views"]} == {"dag_run", "nav"}, millpond
+    assert http.get("/api/v2/plugins/importErrors").json()["total_entries"] == 0
+
+    url = "/millpond/reports/datadocs/validations/activity/silver/activity/run-1/report.html"
+    with httpx.Client(base_url=http.base_url, timeout=10) as anonymous:
+        assert anonymous.get(url).status_code == 401
+        assert anonymous.get("/millpond/reports/index.html").status_code == 401
+        # The browser's way after login: the JWT in the `_token` cookie.
+        anonymous.cookies.set("_token", token)
+        assert anonymous.get(url).text == page.read_text()
+    assert "millpond data-quality gate" in http.get("/millpond/reports/index.html").text
+    (lake / "outside.html").write_text("not a report")
+    assert http.get("/millpond/reports/%2E%2E/outside.html").status_code == 404
+    # The DAG-run tab: a run without a gate report yet lands on the index page.
+    run = http.get("/millpond/reports/runs/activity/manual__none", follow_redirects=False)
+    assert run.status_code == 307 and run.headers["location"] == "/millpond/reports/index.html", run.headers

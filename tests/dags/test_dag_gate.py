@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from pathlib import Path
 
 import pytest
 
-from millpond import paths, run_summary
+from millpond import paths, reports, run_summary
 from millpond.delta_log import table_state
 from millpond.generate import activity_files, land_file
 from tests.dags.airflow_run import airflow_env, dags_test, migrate, spark_processes
@@ -60,3 +62,27 @@ def test_failing_increment_fails_quality_gate_and_leaves_silver_and_gold_unchang
     after = {t: table_state(paths.table_path(t)).version for t in before}
     assert after == before  # neither silver nor gold got a new version
     assert (device_counts(spark), hourly(spark)) == gold_before
+
+    # The "Data-quality report" links Airflow stored (XCom `_link_ReportLink`, what the UI's button shows): the
+    # failing run's gate task points at the report that names the failure, the clean run's at its own report.
+    links = stored_report_links(root / "airflow_home")
+    failing = {task: url for (run_id, task), url in links.items() if run_id == summary["run_id"]}
+    assert failing == {"ingest": report_url(silver), "quality_gate": report_url(silver)}, links
+    clean_run = {run_id for run_id, _ in links} - {summary["run_id"]}
+    assert len(clean_run) == 1, links
+    clean = {task: url for (run_id, task), url in links.items() if run_id in clean_run}
+    assert set(clean) == {"ingest", "quality_gate", "gold"} and len(set(clean.values())) == 1, clean
+    for url in {*failing.values(), *clean.values()}:
+        assert url.startswith("millpond/reports/datadocs/") and url.endswith(".html"), url
+        assert (reports.reports_dir() / url.removeprefix("millpond/reports/")).is_file(), url
+
+
+def stored_report_links(home: Path) -> dict[tuple[str, str], str]:
+    with sqlite3.connect(home / "airflow.db") as db:
+        rows = db.execute("SELECT run_id, task_id, value FROM xcom WHERE key = '_link_ReportLink'").fetchall()
+    return {(run_id, task_id): json.loads(value) for run_id, task_id, value in rows}
+
+
+def report_url(table_entry: dict) -> str:
+    relative = Path(table_entry["gate"]["report_path"]).relative_to(reports.reports_dir())
+    return f"millpond/reports/{relative.as_posix()}"

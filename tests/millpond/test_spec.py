@@ -98,6 +98,10 @@ def test_activity_spec_loads_into_frozen_objects_in_dependency_order(tmp_path):
          "tables.silver.activity.expectations", "breaks the naming scheme"),
         (lambda s: s["tables"]["bronze.activity"].update(expectations="activity.bronze.activity"),
          "tables.bronze.activity.expectations", "cannot be gated"),
+        (lambda s: s["sources"]["activity"].update(schema_drift="evolve"), "sources.activity.schema_drift",
+         "unknown policy 'evolve'"),
+        (lambda s: s["sources"]["activity"].update(format="csv", schema_drift="add"), "sources.activity.schema_drift",
+         "schema_drift applies to json sources only, not csv"),
     ],
 )
 def test_rejections_name_field_and_fix(tmp_path, mutate, field, message):
@@ -145,3 +149,15 @@ def test_two_pipelines_writing_one_table_are_rejected(tmp_path, monkeypatch):
     monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path))
     _, problems = validate_all(tmp_path / "lake")
     assert any("also written by pipeline 'activity'" in p for p in problems)
+
+
+def test_schema_drift_defaults_to_rescue_and_accepts_each_policy(tmp_path):
+    assert load_pipeline(REPO / "pipelines" / "activity.yaml", tmp_path).sources["landing.activity"].schema_drift == (
+        "rescue")  # fmt: skip
+    for policy in ("rescue", "add", "fail"):
+        spec = copy.deepcopy(ACTIVITY)
+        spec["sources"]["activity"]["schema_drift"] = policy
+        pipeline = load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")
+        assert pipeline.sources["landing.activity"].schema_drift == policy
+    text = problems_for(tmp_path, lambda s: s["sources"]["activity"].update(schema_drift="evolve"))
+    assert "Fix: use rescue (default: keep new fields as JSON in _rescued_data), add" in text

@@ -13,49 +13,17 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from millpond.generate import activity_files
 from tests.lake_tables import assert_matches_reference
 from tests.reference import activity_reference
+from tests.stress import assert_nothing_left, start_run
 
 pytestmark = pytest.mark.integration
-
-MILLPOND = str(Path(sys.executable).parent / "millpond")
-
-
-def start_run(lake: Path, fault: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "MILLPOND_LAKE": str(lake)}
-    env.pop("MILLPOND_FAULT", None)
-    if fault:
-        env["MILLPOND_FAULT"] = fault
-    return subprocess.Popen([MILLPOND, "run", "activity"], env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-
-
-def session_processes(proc: subprocess.Popen) -> list[psutil.Process]:
-    alive = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if os.getsid(p.pid) == proc.pid:
-                alive.append(p)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return alive
-
-
-def assert_nothing_left(proc: subprocess.Popen) -> None:
-    """The driver's JVM dies with it: nothing of the killed run may keep running (or holding the lake)."""
-    deadline = time.monotonic() + 20
-    while session_processes(proc) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert session_processes(proc) == [], "processes of the killed run are still alive"
 
 
 def run_killed_at(lake: Path, fault: str) -> None:

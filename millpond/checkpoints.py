@@ -1,0 +1,184 @@
+"""Check a table's streaming checkpoint before Spark uses it, so damage is an error and never a silent re-ingest.
+
+A checkpoint is the only record of what a table has already read. Lose the file source's seen-files log and
+Spark lists every landed file as new; lose the offsets and it starts over; change a stateful query's keys and the
+old state means something else. Spark notices some of this, late and in its own words; this module notices it
+first, says which file or which spec field, and names the recovery command.
+
+It also keeps the table's stateful shape (source, watermark, dedup keys, aggregation, output mode) in
+`millpond.json` beside Spark's files, so a spec change the checkpoint cannot follow is refused by name.
+
+Light on purpose (no pyspark): `millpond status` and unit tests read checkpoints without a JVM.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from millpond import paths
+from millpond.delta_log import latest_version
+from millpond.spec import Pipeline, Table
+
+SHAPE_FILE = "millpond.json"
+
+
+class CheckpointProblem(RuntimeError):
+    """A checkpoint that cannot be used as it is; the message names the file or the change, and the fix."""
+
+
+def full_refresh_fix(pipeline: Pipeline, table: Table) -> str:
+    return f"Fix: `millpond run {pipeline.name} --full-refresh {table.id}` (rebuilds it and its downstream tables)"
+
+
+def verify(pipeline: Pipeline, table: Table) -> None:
+    """Raise CheckpointProblem if running `table` on its checkpoint could lose or duplicate rows."""
+    checkpoint = paths.checkpoint_path(pipeline.name, table.id)
+    has_data = latest_version(paths.table_path(table.id)) >= 0
+    offsets = checkpoint / "offsets"
+    if not _log_files(offsets):
+        if has_data:
+            raise CheckpointProblem(
+                f"its checkpoint {checkpoint} is missing (no offsets) but the table has data; re-reading the source "
+                f"would duplicate rows. {full_refresh_fix(pipeline, table)}"
+            )
+        return  # a new table: Spark starts the checkpoint
+    fix = full_refresh_fix(pipeline, table)
+    _read_metadata(checkpoint / "metadata", fix)
+    latest_offsets = _read_log_entry(offsets, fix)
+    _read_log_entry(checkpoint / "commits", fix, required=False)
+    if table.reads_landing:
+        _check_file_source_log(checkpoint, latest_offsets, fix)
+    if table.is_stateful and _log_files(checkpoint / "commits") and not (checkpoint / "state").is_dir():
+        raise CheckpointProblem(
+            f"its checkpoint's state folder {checkpoint / 'state'} is missing: the {_stateful_what(table)} "
+            f"already seen would be forgotten. {fix}"
+        )
+    changes = shape_changes(checkpoint, table)
+    if changes:
+        raise CheckpointProblem(
+            f"the spec changed in a way its checkpoint cannot follow: {'; '.join(changes)}. The checkpoint's state "
+            f"was built for the old definition. {fix}"
+        )
+
+
+def shape(table: Table) -> dict:
+    """What a checkpoint's state depends on. Transforms are left out: Spark accepts stateless changes."""
+    return {
+        "source": table.source,
+        "watermark": asdict(table.watermark) if table.watermark else None,
+        "dedup_keys": list(table.dedup_keys),
+        "aggregate": _plain(asdict(table.aggregate)) if table.aggregate else None,
+        "output_mode": table.output_mode,
+    }
+
+
+def shape_changes(checkpoint: Path, table: Table) -> list[str]:
+    """Field-by-field differences between the shape recorded in the checkpoint and the spec's table."""
+    recorded_path = checkpoint / SHAPE_FILE
+    if not recorded_path.exists():
+        return []
+    recorded = json.loads(recorded_path.read_text())
+    current = shape(table)
+    if not table.is_stateful and recorded.get("source") == current["source"]:
+        return []  # a stateless query only needs the same source
+    return [
+        f"{name}: {_show(recorded.get(name))} -> {_show(current[name])}"
+        for name in current
+        if recorded.get(name) != current[name]
+    ]
+
+
+def record_shape(pipeline: Pipeline, table: Table) -> None:
+    """Remember the table's stateful shape once its checkpoint exists (written atomically)."""
+    checkpoint = paths.checkpoint_path(pipeline.name, table.id)
+    if not checkpoint.is_dir():
+        return
+    tmp = checkpoint / f".{SHAPE_FILE}.tmp"
+    tmp.write_text(json.dumps(shape(table), indent=2, sort_keys=True) + "\n")
+    tmp.replace(checkpoint / SHAPE_FILE)
+
+
+def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | None:
+    """The recovery hint for a Spark error that comes from the checkpoint (state or logs), else None."""
+    markers = ("STATE_STORE", "StateSchemaNotCompatible", "CANNOT_LOAD_STATE", "STREAMING_STATEFUL_OPERATOR",
+               "INCOMPATIBLE_DATA_FOR_STATE", "STREAM_FAILED_TO_READ_OFFSET", "CHECKPOINT_")  # fmt: skip
+    if any(marker in message for marker in markers):
+        return f"the checkpoint {paths.checkpoint_path(pipeline.name, table.id)} does not fit this query. " + (
+            full_refresh_fix(pipeline, table)
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- Spark's files
+
+
+def _log_files(folder: Path) -> list[Path]:
+    """Batch files of a Spark metadata log (`0`, `1`, ..., `9.compact`), newest last."""
+    if not folder.is_dir():
+        return []
+    entries = [p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0].isdigit() and not
+               p.name.startswith(".")]  # fmt: skip
+    return sorted(entries, key=lambda p: int(p.name.split(".")[0]))
+
+
+def _read_metadata(path: Path, fix: str) -> None:
+    try:
+        if "id" not in json.loads(path.read_text().splitlines()[0]):
+            raise ValueError("no query id")
+    except (OSError, IndexError, ValueError) as exc:
+        raise CheckpointProblem(f"checkpoint file {path} is unreadable ({_reason(exc)}). {fix}") from None
+
+
+def _read_log_entry(folder: Path, fix: str, required: bool = True) -> list[dict]:
+    """Parse the newest entry of an offsets/commits log: a version line (`v1`) then one JSON document per line."""
+    files = _log_files(folder)
+    if not files:
+        if required:
+            raise CheckpointProblem(f"checkpoint folder {folder} is empty. {fix}")
+        return []
+    newest = files[-1]
+    try:
+        lines = newest.read_text(encoding="utf-8").splitlines()
+        if not lines or not lines[0].startswith("v"):
+            raise ValueError("no version line")
+        return [json.loads(line) if line.strip() != "-" else {} for line in lines[1:]]
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointProblem(f"checkpoint file {newest} is corrupted ({_reason(exc)}). {fix}") from None
+
+
+def _check_file_source_log(checkpoint: Path, latest_offsets: list[dict], fix: str) -> None:
+    """The file source's seen-files log must reach the offset the checkpoint says was read (else: re-ingest)."""
+    wanted = max((o.get("logOffset", -1) for o in latest_offsets[1:] if isinstance(o, dict)), default=-1)
+    log = checkpoint / "sources" / "0"
+    files = _log_files(log)
+    newest = int(files[-1].name.split(".")[0]) if files else -1
+    if newest < wanted:
+        raise CheckpointProblem(
+            f"the file source's seen-files log {log} stops at batch {newest} but the offsets reach batch {wanted}: "
+            f"Spark would list already-ingested files as new and duplicate them. {fix}"
+        )
+    if files:
+        _read_log_entry(log, fix)
+
+
+def _stateful_what(table: Table) -> str:
+    return "aggregates" if table.aggregate else "keys"
+
+
+def _plain(value):
+    """Tuples to lists, so a shape read back from JSON compares equal to a fresh one."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _show(value) -> str:
+    return json.dumps(value, sort_keys=True) if value is not None else "none"
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]

@@ -1,0 +1,70 @@
+"""No secret in the repository or on a `spark-submit` command line: secrets live in connections and environment.
+
+(Anonymous requests to the UI/API are refused: tests/dags/test_airflow_up.py against a real `make up`.
+Spec paths cannot leave the lake root: tests/millpond/test_spec.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from tests.dags.conftest import REPO
+
+pytestmark = pytest.mark.unit
+
+SECRET_PATTERNS = {
+    "private key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    "AWS access key": re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    "password literal": re.compile(r"(?i)\b\w*(password|passwd|secret|token)\w*\s*[:=]\s*['\"]?(?!change-me)[A-Za-z0-9+/_\-]{12,}"),
+    "URL with credentials": re.compile(r"\b[a-z]+://[^/\s:@'\"]+:[^/\s@'\"$]{6,}@"),
+}  # fmt: skip
+
+
+def tracked_files() -> list[str]:
+    return subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_no_secret_is_committed():
+    found = []
+    for name in tracked_files():
+        path = REPO / name
+        if not path.is_file() or path.suffix in {".png", ".jpg", ".parquet"}:
+            continue
+        text = path.read_text(errors="replace")
+        found += [f"{name}: {kind}: {m.group(0)[:40]}" for kind, p in SECRET_PATTERNS.items() for m in p.finditer(text)]
+    assert found == []
+
+
+def test_the_secret_file_is_ignored_and_only_its_example_is_committed():
+    files = set(tracked_files())
+    assert ".env.example" in files
+    assert not {".env", "airflow_home/airflow.db", "airflow_home/simple_auth_manager_passwords.json.generated"} & files
+    ignored = subprocess.run(["git", "check-ignore", ".env", "airflow_home/x", "lake/x"], cwd=REPO,
+                             capture_output=True, text=True).stdout.split()  # fmt: skip
+    assert ignored == [".env", "airflow_home/x", "lake/x"]
+
+
+def test_spark_submit_command_line_carries_no_secret(monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from millpond import airflow_dags
+
+    secret = "s3cr3t-Pa55word-xyz"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", json.dumps(
+        {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "login": "spark", "password": secret}))  # fmt: skip
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", secret)
+    task = DagBag(dag_folder=str(REPO / "dags")).dags["activity"].get_task("ingest")
+    task.jars = ",".join(airflow_dags.paths.delta_jars())
+    task.conf = {**airflow_dags.spark_conf(), **(task.conf or {})}
+    task.env_vars = {**airflow_dags.job_env(), **(task.env_vars or {})}
+    task._hook = None
+    hook = task._get_hook()
+    command = hook._build_spark_submit_command(task.application)
+    assert "--master" in command and "spark://127.0.0.1:7077" in command
+    assert not [arg for arg in command if secret in arg]
+    assert not [value for value in task.env_vars.values() if secret in value]

@@ -1,0 +1,180 @@
+"""Bad landed input on real Spark + Delta: every bad record is quarantined with a reason, nothing is lost.
+
+What one record is (spark_jobs/sources.py): a line as Spark's text source splits a file, at `\\n`, `\\r\\n` or a
+lone `\\r`, minus blank lines (empty or only spaces and tabs); an empty file has none. That is NOT what
+tests/reference.py counts (`str.splitlines()` also breaks at `\\x0b`, `\\x0c`, `\\x1c`-`\\x1e`, `\\x85`, `\\u2028`,
+`\\u2029`, and `str.strip()` calls those blank), so the counts here come from `spark_records` below, and
+`test_python_and_spark_disagree_on_lines` shows the difference instead of hiding it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from millpond import paths
+from millpond.generate import activity_files
+from spark_jobs import runner
+from spark_jobs.sources import MAX_LINE_BYTES, RAW_KEEP_CHARS
+from tests.lake_tables import read
+
+pytestmark = pytest.mark.integration
+
+TEN_MB = 10 * 1024 * 1024
+
+
+def spark_records(path: Path) -> int:
+    """Records in a landed json file, by the rule in this module's docstring."""
+    pieces = re.split(rb"\r\n|\r|\n", path.read_bytes())
+    return sum(1 for piece in pieces if piece.strip(b" \t"))
+
+
+def use_spec(tmp_path: Path, monkeypatch, spec: dict) -> None:
+    folder = tmp_path / "specs"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{spec['pipeline']}.yaml").write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("MILLPOND_PIPELINES", str(folder))
+
+
+def quarantine(spark, table_id: str) -> list:
+    return spark.read.format("delta").load(str(paths.quarantine_path(table_id))).collect()
+
+
+def good(index: int, **extra) -> str:
+    return json.dumps({"Recorded_At": "2026-11-01T00:00:01.000Z", "Device": f"d{index}", "Index": index, "x": 1.0,
+                       "y": 2.0, "z": 3.0, **extra})  # fmt: skip
+
+
+def binary_bytes(seed: int) -> bytes:
+    """Random bytes with NULs, and a 200 KB stretch without any line break (one long invalid-UTF-8 line)."""
+    rng = random.Random(seed)
+    noise = bytes(rng.randrange(256) for _ in range(20_000))
+    stretch = bytes(b for b in (rng.randrange(256) for _ in range(200_000)) if b not in (10, 13))
+    return noise + b"\x00" * 100 + stretch + b"\n" + noise
+
+
+def test_json_bad_input_variety_is_quarantined_with_reasons_and_counts_reconcile(spark, lake, tmp_path, monkeypatch):
+    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "activity.yaml").read_text())
+    # Device is required here, so a line without it is a bad record; a missing nullable field (x) is not.
+    spec["sources"]["activity"]["schema"] = spec["sources"]["activity"]["schema"].replace(
+        "Device STRING", "Device STRING NOT NULL")  # fmt: skip
+    use_spec(tmp_path, monkeypatch, spec)
+    folder = lake / "landing" / "activity"
+    generated = activity_files(folder, 1, 40, seed=1)[0]
+    lines = {
+        "truncated": good(101)[:35],
+        "wrong type": good(102).replace('"x": 1.0', '"x": "fast"'),
+        "missing required": json.dumps({"Index": 103, "x": 1.0}),
+        "not an object": "[1, 2, 3]",
+    }
+    invalid_utf8 = b'{"Device": "d\xff\xfe104", "Index": 104}'
+    nul_inside = '{"Device": "d105", "Index": 105, "Model": "a\\u0000b"}'  # an escaped NUL is valid JSON
+    missing_optional = json.dumps({"Recorded_At": "2026-11-01T00:00:01.000Z", "Device": "d106", "Index": 106})
+    line_separator = good(107, User="a\u2028b")  # U+2028 inside a string: one line for Spark, two for Python
+    mixed = (
+        "\n".join([good(100), *lines.values(), nul_inside, missing_optional]).encode()
+        + b"\n" + invalid_utf8 + b"\r" + good(108).encode() + b"\r\n\t\n   \n" + line_separator.encode() + b"\n"
+    )  # fmt: skip
+    (folder / "mixed.json").write_bytes(mixed)
+    (folder / "empty.json").write_bytes(b"")
+    (folder / "binary.json").write_bytes(binary_bytes(seed=2))
+    huge_object = json.dumps({"Device": "d109", "Index": 109, "User": "u" * TEN_MB})
+    garbage = "#" * TEN_MB
+    (folder / "huge.json").write_text("\n".join([huge_object, garbage, good(110)]))  # no final newline either
+    landed = sorted(folder.glob("*.json"))
+    records = {p.name: spark_records(p) for p in landed}
+    assert records["empty.json"] == 0 and records["mixed.json"] == 10 and records["huge.json"] == 3
+
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "bad-input"]) == 0
+
+    bronze = read(spark, "bronze.activity")
+    bad = quarantine(spark, "bronze.activity")
+    assert bronze.count() + len(bad) == sum(records.values())  # nothing lost, nothing counted twice
+    kept = {r.Index: r for r in bronze.where("Index >= 100").collect()}
+    assert set(kept) == {100, 105, 106, 107, 108, 110}  # the good lines among the bad ones are kept
+    assert kept[105].Model == "a\x00b" and kept[106].x is None and kept[107].User == "a\u2028b"
+    assert bronze.where(f"_source_file LIKE '%{generated.name}'").count() == 40
+    by_file: dict[str, list] = {}
+    for row in bad:
+        by_file.setdefault(row.source_file.rsplit("/", 1)[-1], []).append(row)
+    assert all(r.rule == "parse" and r.run_id == "bad-input" for r in bad)
+
+    reasons = {r.raw: r.reason for r in by_file["mixed.json"]}
+    assert len(reasons) == 5
+    assert reasons[lines["truncated"]] == "malformed JSON (truncated or invalid syntax)"
+    assert reasons[lines["wrong type"]] == "field x: expected double, got fast"
+    assert reasons[lines["missing required"]] == "field Device: missing or null (declared NOT NULL)"
+    assert reasons[lines["not an object"]] == "not a JSON object"
+    # Invalid UTF-8: the raw keeps the line with U+FFFD for each bad byte, so it can be found in its file.
+    assert reasons['{"Device": "d\ufffd\ufffd104", "Index": 104}'] == "invalid UTF-8 bytes (shown as U+FFFD in raw)"
+
+    binary = by_file["binary.json"]
+    assert len(binary) == records["binary.json"]  # every piece of the binary file is a bad record
+    assert all(r.reason.startswith(("invalid UTF-8 bytes", "not a JSON object", "malformed JSON")) for r in binary)
+    long_line = [r for r in binary if "raw keeps the first" in r.reason]
+    assert len(long_line) == 1 and len(long_line[0].raw) == RAW_KEEP_CHARS  # the 200 KB stretch, cut to 64 K
+
+    huge = sorted(by_file["huge.json"], key=lambda r: r.raw)
+    assert len(huge) == 2  # the 10 MB object and the 10 MB garbage line; the good line after them is in bronze
+    for row, size in zip(huge, (TEN_MB, len(huge_object)), strict=True):
+        assert row.reason == (f"line too long: {size} bytes (limit {MAX_LINE_BYTES}), not parsed; raw keeps the "
+                              f"first {RAW_KEEP_CHARS} of {size} characters")  # fmt: skip
+        assert len(row.raw) == RAW_KEEP_CHARS
+    assert huge[0].raw == "#" * RAW_KEEP_CHARS and huge[1].raw.startswith('{"Device": "d109"')
+
+    log = spark.read.format("delta").load(str(paths.event_log_path())).where("run_id = 'bad-input'").collect()[0]
+    assert (log.rows_in, log.rows_written, log.rows_quarantined) == (sum(records.values()), bronze.count(), len(bad))
+
+    assert runner.main(["activity", "--tables", "bronze.activity"]) == 0  # a rerun reads nothing again
+    assert read(spark, "bronze.activity").count() + len(quarantine(spark, "bronze.activity")) == sum(records.values())
+
+
+def test_python_and_spark_disagree_on_lines(spark, tmp_path):
+    """Why the counts above do not come from tests/reference.py: Python splits and blanks more characters."""
+    from pyspark.sql import functions as F
+
+    path = tmp_path / "lines.json"
+    path.write_bytes(b'{"a": "x\xe2\x80\xa8y"}\n\t\n\x0b\nA\x0cB\x1cC\xc2\x85D\rE\r\nF\x00G\n')
+    lines = spark.read.text(str(path)).where(F.btrim("value", F.lit(" \t")) != "")
+    assert [r.value for r in lines.collect()] == ['{"a": "x\u2028y"}', "\x0b", "A\x0cB\x1cC\x85D", "E", "F\x00G"]
+    assert spark_records(path) == 5
+    python_lines = [line for line in path.read_text().splitlines() if line.strip()]
+    assert python_lines == ['{"a": "x', 'y"}', "A", "B", "C", "D", "E", "F\x00G"]
+
+
+CSV_SPEC = {
+    "pipeline": "readings",
+    "schedule": "@daily",
+    "start_date": "2026-11-01",
+    "sources": {"readings": {"format": "csv", "path": "landing/readings",
+                             "schema": "sensor STRING NOT NULL, reading DOUBLE, n INT"}},
+    "tables": {"bronze.readings": {"from": "landing.readings"}},
+}  # fmt: skip
+
+
+def test_csv_field_counts_types_and_required_fields_get_reasons(spark, lake, tmp_path, monkeypatch):
+    use_spec(tmp_path, monkeypatch, CSV_SPEC)
+    folder = lake / "landing" / "readings"
+    folder.mkdir(parents=True)
+    data = ["a,1.5,1", '"b,quoted",2.5,2', "c,3.5", "d,4.5,4,extra", "e,not-a-number,5", ",6.5,6", "f,7.5,seven"]
+    (folder / "r1.csv").write_text("sensor,reading,n\n" + "\n".join(data) + "\n\n")
+    (folder / "empty.csv").write_bytes(b"")
+    (folder / "header-only.csv").write_text("sensor,reading,n\n")
+    assert runner.main(["readings"]) == 0
+    rows = {(r.sensor, r.reading, r.n) for r in read(spark, "bronze.readings").collect()}
+    assert rows == {("a", 1.5, 1), ("b,quoted", 2.5, 2)}
+    reasons = {r.raw: r.reason for r in quarantine(spark, "bronze.readings")}
+    assert len(rows) + len(reasons) == len(data)  # data lines: the header and blank lines are not records
+    prefix = "csv line does not match the schema: "
+    assert reasons == {
+        "c,3.5": prefix + "too few fields (2, expected 3: sensor, reading, n)",
+        "d,4.5,4,extra": prefix + "too many fields (4, expected 3: sensor, reading, n)",
+        "e,not-a-number,5": prefix + "field reading: expected double, got not-a-number",
+        "f,7.5,seven": prefix + "field n: expected int, got seven",
+        '{"reading":6.5,"n":6}': "field sensor: missing or null (declared NOT NULL)",
+    }
