@@ -131,7 +131,7 @@ def test_make_up_serves_the_dags_behind_a_login_and_make_down_leaves_nothing(sta
     assert not (REPO / "airflow_home" / "airflow.pgid").exists() or int(
         (REPO / "airflow_home" / "airflow.pgid").read_text()) != pgid  # fmt: skip
 
-    with httpx.Client(base_url=base, timeout=10) as http:
+    with httpx.Client(base_url=base, timeout=60) as http:
         assert http.get("/api/v2/monitor/health").status_code == 200
 
         # Login required: an anonymous client is refused.
