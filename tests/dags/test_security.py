@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 
 import pytest
@@ -53,7 +54,7 @@ def test_spark_submit_command_line_carries_no_secret(monkeypatch):
 
     from millpond import airflow_dags
 
-    secret = "s3cr3t-Pa55word-xyz"
+    secret = secrets.token_urlsafe(16)  # made at run time: a literal here would be a committed "secret" itself
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", json.dumps(
         {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "login": "spark", "password": secret}))  # fmt: skip
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
