@@ -70,7 +70,7 @@ demo: setup airflow-db
 CYCLES ?= 30
 SEED ?= 1
 stress: setup
-	$(BIN)/python -m tests.stress --cycles $(CYCLES) --seed $(SEED) --lake .cache/stress/lake --results .cache/stress/results.json
+	$(BIN)/python -m tests.stress --cycles $(CYCLES) --seed $(SEED)  # lake and results under .cache/stress/
 
 up: setup airflow-db
 	scripts/airflow-up.sh

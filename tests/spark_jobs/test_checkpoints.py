@@ -134,3 +134,11 @@ def test_a_stateless_transform_change_is_allowed(lake):
     stricter = dataclasses.replace(silver, transform=dataclasses.replace(silver.transform, sql=silver.transform.sql +
                                                                        " AND gt IS NOT NULL"))  # fmt: skip
     checkpoints.verify(pipeline, stricter)  # Spark accepts stateless changes: no refusal
+
+
+def test_spark_state_errors_get_the_recovery_hint_and_other_errors_do_not():
+    pipeline = load_pipeline("activity")
+    silver = pipeline.tables["silver.activity"]
+    state_error = "[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match existing state key schema"
+    assert "--full-refresh silver.activity" in checkpoints.spark_error_fix(pipeline, silver, state_error)
+    assert checkpoints.spark_error_fix(pipeline, silver, "[DIVIDE_BY_ZERO] Division by zero") is None

@@ -53,20 +53,12 @@ def small_disk(tmp_path, monkeypatch):
 def fill(disk: Path) -> Path:
     """Write a filler file until the device reports ENOSPC; return it (delete it to free the space)."""
     filler = disk.parent / "filler"
-    with open(filler, "wb") as out:
+    with open(filler, "wb", buffering=0) as out:
         try:
             while True:
-                out.write(b"\0" * (1 << 20))
-                out.flush()
+                out.write(b"\0" * 4096)  # page-sized, so the last free page is taken too
         except OSError:
             pass
-    try:  # the last partial megabytes too
-        with open(filler, "ab") as out:
-            while True:
-                out.write(b"\0" * 4096)
-                out.flush()
-    except OSError:
-        pass
     return filler
 
 
