@@ -15,7 +15,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
 PIPELINE ?= activity
 
-.PHONY: setup venv jars browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress
+.PHONY: setup venv jars browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
 help:
 	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make test   set up, then run every test (unit + integration, kill tests included)"
@@ -23,6 +23,7 @@ help:
 	@echo "make up     Airflow scheduler + UI/API + dag-processor + triggerer in the background (login required)"
 	@echo "make down   stop everything make up started"
 	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (RELIABILITY.md)"
+	@echo "make bench SCALE=small|large  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json and .md"
 
 setup: venv jars
 
@@ -71,6 +72,11 @@ CYCLES ?= 30
 SEED ?= 1
 stress: setup
 	$(BIN)/python -m tests.stress --cycles $(CYCLES) --seed $(SEED)  # lake and results under .cache/stress/
+
+# Benchmarks (README "Benchmarks"): ratios measured in one run on this machine; never part of `make test`.
+SCALE ?= small
+bench: setup airflow-db
+	$(BIN)/python -m bench.run --scale $(SCALE)
 
 up: setup airflow-db
 	scripts/airflow-up.sh

@@ -13,7 +13,9 @@ Light on purpose (no pyspark): `millpond status` and unit tests read checkpoints
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from millpond.delta_log import latest_version
 from millpond.spec import Pipeline, Table
 
 SHAPE_FILE = "millpond.json"
+INPUT_FILE = "millpond-input.json"  # what the source looked like when the table last finished a run
 
 
 class CheckpointProblem(RuntimeError):
@@ -70,7 +73,7 @@ def shape(table: Table) -> dict:
         "watermark": asdict(table.watermark) if table.watermark else None,
         "dedup_keys": list(table.dedup_keys),
         "aggregate": _plain(asdict(table.aggregate)) if table.aggregate else None,
-        "output_mode": table.output_mode,
+        "output_mode": table.query_output_mode,  # dedup-only update mode runs as append: switching is harmless
     }
 
 
@@ -95,9 +98,65 @@ def record_shape(pipeline: Pipeline, table: Table) -> None:
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     if not checkpoint.is_dir():
         return
-    tmp = checkpoint / f".{SHAPE_FILE}.tmp"
-    tmp.write_text(json.dumps(shape(table), indent=2, sort_keys=True) + "\n")
-    tmp.replace(checkpoint / SHAPE_FILE)
+    _write_atomically(checkpoint / SHAPE_FILE, shape(table))
+
+
+def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
+    """The table's source as it is now: each landed file's name, size and mtime, or the upstream Delta version.
+
+    Taken before the query starts, so a file landing while it runs makes the next fingerprint differ.
+    """
+    if table.reads_landing:
+        state: list = sorted(_landed_files(paths.landing_path(pipeline.sources[table.source].path)))
+    else:
+        upstream = paths.table_path(table.source)
+        version = latest_version(upstream)
+        commit = upstream / "_delta_log" / f"{version:020d}.json"
+        state = [version, commit.stat().st_mtime_ns if commit.exists() else 0]  # mtime: a recreated table differs
+    return hashlib.sha256(json.dumps(state).encode()).hexdigest()
+
+
+def nothing_new(pipeline: Pipeline, table: Table, fingerprint: str) -> dict | None:
+    """The last finished run's record if it left every batch committed and the source has not changed since.
+
+    Then a run would only start a query that finds nothing: Spark's file source and Delta source would read the
+    same listing or version, and an event-time query has no watermark left to advance (its last run ran the
+    no-data batch). Callers skip the query; a killed or gate-stopped run recorded nothing, so it is replayed.
+    """
+    checkpoint = paths.checkpoint_path(pipeline.name, table.id)
+    try:
+        recorded = json.loads((checkpoint / INPUT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    offsets, commits = _log_files(checkpoint / "offsets"), _log_files(checkpoint / "commits")
+    if recorded.get("fingerprint") != fingerprint or not offsets or not commits:
+        return None
+    return recorded if _batch_id(offsets[-1]) == _batch_id(commits[-1]) else None
+
+
+def record_input(pipeline: Pipeline, table: Table, fingerprint: str, state_rows: int) -> None:
+    """After a run that finished: the source fingerprint it started from (and the state size, for skipped runs)."""
+    checkpoint = paths.checkpoint_path(pipeline.name, table.id)
+    if checkpoint.is_dir():
+        _write_atomically(checkpoint / INPUT_FILE, {"fingerprint": fingerprint, "state_rows": state_rows})
+
+
+def _landed_files(root: Path) -> list[tuple[str, int, int]]:
+    """Every file Spark's file source would list under root (names starting with `.` or `_` are hidden)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        for name in files:
+            if not name.startswith((".", "_")):
+                stat = os.stat(os.path.join(folder, name))
+                found.append((os.path.relpath(os.path.join(folder, name), root), stat.st_size, stat.st_mtime_ns))
+    return found
+
+
+def _write_atomically(path: Path, body: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | None:
@@ -121,6 +180,10 @@ def _log_files(folder: Path) -> list[Path]:
     entries = [p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0].isdigit() and not
                p.name.startswith(".")]  # fmt: skip
     return sorted(entries, key=lambda p: int(p.name.split(".")[0]))
+
+
+def _batch_id(log_file: Path) -> int:
+    return int(log_file.name.split(".")[0])
 
 
 def _read_metadata(path: Path, fix: str) -> None:

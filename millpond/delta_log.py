@@ -71,7 +71,15 @@ def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> 
         for line in commit.read_text().splitlines():
             info = json.loads(line).get("commitInfo")
             if info is not None:
-                counts.append(int((info.get("operationMetrics") or {}).get("numOutputRows", 0)))
+                counts.append(_rows_written(info))
     if newest_only:
         return counts[-1] if counts else 0
     return sum(counts)
+
+
+def _rows_written(commit_info: dict) -> int:
+    """A MERGE's numOutputRows also counts unchanged rows it copied: count the rows it inserted or updated."""
+    metrics = commit_info.get("operationMetrics") or {}
+    if commit_info.get("operation") == "MERGE":
+        return int(metrics.get("numTargetRowsInserted", 0)) + int(metrics.get("numTargetRowsUpdated", 0))
+    return int(metrics.get("numOutputRows", 0))

@@ -24,7 +24,7 @@ from millpond import paths
 
 LAYERS = ("bronze", "silver", "gold")
 FILE_FORMATS = ("json", "csv", "parquet")
-OUTPUT_MODES = ("append", "complete")
+OUTPUT_MODES = ("append", "complete", "update")
 TRIGGERS = ("availableNow", "once", "processingTime")
 SCHEMA_DRIFT = ("rescue", "add", "fail")  # what a json source does with fields its schema does not name
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
@@ -34,6 +34,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TABLE_ID = re.compile(r"^(bronze|silver|gold)\.[a-z][a-z0-9_]*$")
 _FUNCTION_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _DURATION = re.compile(r"^\d+\s+(second|minute|hour|day|week)s?$")
+_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 _BYTES = re.compile(r"^\d+\s*[kmgt]?b?$", re.IGNORECASE)
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
 _DDL_TYPES = (
@@ -147,6 +148,24 @@ class Table:
     @property
     def is_stateful(self) -> bool:
         return bool(self.dedup_keys or self.aggregate)
+
+    @property
+    def merges(self) -> bool:
+        """An update-mode aggregate: each batch holds the new value of changed keys, MERGEd into the table."""
+        return self.output_mode == "update" and self.aggregate is not None
+
+    @property
+    def query_output_mode(self) -> str:
+        """The mode Spark runs: update on a dedup-only table emits exactly what append does, so run append."""
+        return "append" if self.output_mode == "update" and not self.aggregate else self.output_mode
+
+    @property
+    def aggregate_keys(self) -> tuple[str, ...]:
+        """The columns that identify one aggregate row: the window start alias, then the group_by columns."""
+        if not self.aggregate:
+            return ()
+        window = (self.aggregate.window.alias,) if self.aggregate.window else ()
+        return (*window, *self.aggregate.group_by)
 
 
 @dataclass(frozen=True)
@@ -529,15 +548,23 @@ class _Loader:
             self.problem(f"{where}.output_mode", "complete mode needs an aggregation",
                          "add an 'aggregate:' block, or use output_mode: append")  # fmt: skip
         if table.output_mode == "append" and agg:
-            event_cols = set(agg.group_by) | ({agg.window.column} if agg.window else set())
             if not mark:
                 self.problem(f"{where}.aggregate", "an append-mode aggregation needs a watermark (rows are emitted "
                              "only once their window is final)", "add 'watermark: {column: ..., delay: ...}' or use "
                              "output_mode: complete")  # fmt: skip
-            elif mark.column not in event_cols:
+            elif agg.window and agg.window.column != mark.column:
+                self.problem(f"{where}.aggregate.window.column", f"append mode emits a window once the watermark "
+                             f"passes its end, but the window is on {agg.window.column!r} and the watermark on "
+                             f"{mark.column!r}", f"window on {mark.column} (or put the watermark on "
+                             f"{agg.window.column})")  # fmt: skip
+            elif not agg.window and mark.column not in agg.group_by:
                 self.problem(f"{where}.aggregate", f"append mode must group by the watermark column {mark.column!r} "
                              "(or a window on it)",
                              f"add window: {{column: {mark.column}, duration: ...}}")  # fmt: skip
+        if table.output_mode == "update":
+            self.update_rules(where, table)
+        if agg and agg.window:
+            self.window_rules(f"{where}.aggregate.window", agg.window)
         if table.dedup_keys and not mark:
             self.problem(f"{where}.dedup", "deduplication without a watermark keeps every key in state forever",
                          "add 'watermark: {column: <event time>, delay: ...}'")  # fmt: skip
@@ -555,6 +582,34 @@ class _Loader:
                          "deduplicate or aggregate in a downstream table that reads this one")  # fmt: skip
         if table.reads_landing and table.layer != "bronze":
             self.problem(f"{where}.from", "only bronze tables read landing files", "read landing in a bronze table")
+
+    def update_rules(self, where: str, table: Table) -> None:
+        """Update mode MERGEs each batch on the table's keys: they must identify exactly one aggregate row."""
+        if not table.aggregate:
+            if not table.dedup_keys:
+                self.problem(f"{where}.output_mode", "update mode rewrites aggregate rows in place, and this table "
+                             "has no aggregate (nor dedup): every row it writes is new",
+                             "use output_mode: append")  # fmt: skip
+            return  # dedup: each surviving row is emitted once, exactly as in append mode
+        expected = ", ".join(table.aggregate_keys)
+        if not table.keys:
+            self.problem(f"{where}.keys", "update mode MERGEs each batch into the table on its keys, and none are "
+                         "given", f"add keys: [{expected}] (the window alias, then group_by)")  # fmt: skip
+        elif sorted(table.keys) != sorted(table.aggregate_keys):
+            self.problem(f"{where}.keys", f"update mode MERGEs on the keys, which must identify one aggregate row: "
+                         f"[{', '.join(table.keys)}] is not the window alias plus group_by",
+                         f"set keys: [{expected}]")  # fmt: skip
+        if table.expectations:
+            self.problem(f"{where}.expectations", "a gate cannot set rows of an update-mode table aside: each row is "
+                         "the latest value of its key, so holding one back would leave the key's stale value in the "
+                         "table", "gate the upstream table, or use output_mode: append or complete")  # fmt: skip
+
+    def window_rules(self, where: str, window: Window) -> None:
+        duration, slide = duration_seconds(window.duration), duration_seconds(window.slide)
+        if duration and slide and slide > duration:
+            self.problem(f"{where}.slide", f"slide {window.slide!r} is longer than the window duration "
+                         f"{window.duration!r}: rows between two windows would belong to none",
+                         "use a slide no longer than the duration (slide = duration, or no slide, is tumbling)")  # fmt: skip
 
     def dependency_order(self, sources: dict[str, FileSource], tables: dict[str, Table]) -> dict[str, Table]:
         for table in tables.values():
@@ -583,6 +638,14 @@ class _Loader:
         for table_id in tables:
             visit(table_id)
         return ordered
+
+
+def duration_seconds(text: str | None) -> int | None:
+    """'10 minutes' -> 600; None for anything the duration check rejects (it reports that itself)."""
+    match = _DURATION.match(str(text or "").strip())
+    if not match:
+        return None
+    return int(str(text).split()[0]) * _UNIT_SECONDS[match.group(1)]
 
 
 def _join(where: str, key: Any) -> str:

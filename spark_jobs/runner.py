@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import time
 from datetime import UTC, datetime
 
 from millpond import paths
@@ -123,7 +124,13 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
         print(f"millpond: this run quarantines rows failing `fail` expectations of {', '.join(quarantine)} "
               "(with rule name and run id) instead of stopping at the gate")  # fmt: skip
     run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end, quarantine)
+    from pyspark.sql import SparkSession
+
+    # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
+    phases = {} if SparkSession.getActiveSession() else {"launch": seconds_since_launch()}
+    started = time.perf_counter()
     spark = build_spark_session(f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master)
+    phases["spark_session"] = time.perf_counter() - started
     results: list[TableResult] = []
     failed, gate_failed = None, False
     for table_id in tables:
@@ -142,9 +149,13 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
             print(f"millpond: {gate_failure_text(pipeline, result) if gate_failed else exc}", file=sys.stderr)
         results.append(result)
         print(format_result(result), flush=True)
+    phases.update({r.table: r.seconds for r in results})
+    started = time.perf_counter()
     try:
         event_log.append(spark, pipeline.name, run, results)
         summary = event_log.write_run_summary(pipeline.name, run, results)
+        phases["event_log"] = time.perf_counter() - started
+        print("millpond: phases " + " ".join(f"{name}={seconds:.2f}s" for name, seconds in phases.items()))
     except Exception as exc:  # the tables are committed (or not) already; say so instead of a traceback
         print(f"millpond: run {run_id}: could not record the run in {paths.event_log_path()}: "
               f"{str(exc).strip().splitlines()[0][:500]}. The tables are as reported above; rerun once the lake is "
@@ -162,6 +173,16 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
               "from the run summary")  # fmt: skip
         return 0
     return 4 if gate_failed else 1
+
+
+def seconds_since_launch() -> float:
+    """Seconds since this application started: its JVM's start under spark-submit (the JVM launches Python)."""
+    import psutil
+
+    me = psutil.Process()
+    parent = me.parent()
+    launched = parent.create_time() if parent and parent.name().startswith("java") else me.create_time()
+    return max(0.0, time.time() - launched)
 
 
 def gate_failure_text(pipeline: Pipeline, result) -> str:
@@ -184,6 +205,7 @@ def format_result(r) -> str:
         f"{r.table:<28} {r.outcome:<9} batches={r.micro_batches} in={r.rows_in} written={r.rows_written} "
         f"quarantined={r.rows_quarantined} late_dropped={r.rows_dropped_by_watermark} "
         f"version={r.version_before}->{r.version_after} {r.seconds:.1f}s  {paths.table_path(r.table)}"
+        + ("  (nothing new since its last run: query not started)" if getattr(r, "input_unchanged", False) else "")
     )
 
 

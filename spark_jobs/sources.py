@@ -99,8 +99,8 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
             text,
             F.col(SOURCE_FILE),
             F.from_json(text, _nullable(schema).add(_CORRUPT, "string"), parse_options).alias("j"),
-            F.json_object_keys(text).alias("keys"),
         )
+        .withColumn("keys", _object_keys(schema))
     )
     malformed = F.col("j").getField(_CORRUPT).isNotNull() | F.col("j").isNull()
     error = F.when(malformed, _json_reason(schema)).otherwise(_missing_required(schema, F.col("j").getField))
@@ -111,11 +111,25 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
     return parsed.select(
         *[F.col("j").getField(f.name).alias(f.name) for f in schema.fields],
         SOURCE_FILE,
-        F.when(error.isNull(), value).otherwise(_kept_raw(value)).alias(RAW),
+        # Good rows keep their text only when it has new fields (`schema_drift: add` reads them from it).
+        F.when(error.isNull(), F.when(F.size(unknown) > 0, value)).otherwise(_kept_raw(value)).alias(RAW),
         error.alias(ERROR),
         F.when(error.isNull() & (F.size(unknown) > 0), rescued).alias(RESCUED),
         F.when(error.isNull() & (F.size(unknown) > 0), unknown).alias(NEW_FIELDS),
     )
+
+
+def _object_keys(schema: StructType) -> Column:
+    """The line's top-level keys, or an empty array when they can only be schema fields (the common case).
+
+    A JSON key is a string followed by optional whitespace and `:`, so counting `"\\s*:` bounds the number of keys
+    at any depth from above. If that count is at most the number of schema fields the parse filled, every
+    top-level key is one of those fields: no second parse (json_object_keys) is needed to look for new ones.
+    """
+    parsed = F.col("j")
+    filled = sum((F.when(parsed.getField(f.name).isNotNull(), 1).otherwise(0) for f in schema.fields), F.lit(0))
+    key_marks = F.regexp_count(F.col("text"), F.lit(r'"\s*:'))
+    return F.when(key_marks <= filled, F.array().cast("array<string>")).otherwise(F.json_object_keys(F.col("text")))
 
 
 def _nullable(schema: StructType) -> StructType:

@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +28,8 @@ from millpond.spec import Pipeline, Table
 from spark_jobs import sources
 from spark_jobs.plan import plan_table
 
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"  # Delta's idempotent-DML session confs (MERGE included)
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 FAULT_ENV = "MILLPOND_FAULT"  # "<table id>:<point>[:<batch id>]": SIGKILL this process there (fault-injection tests)
 
 
@@ -66,6 +68,10 @@ class TableResult:
     error: str | None = None
     full_refresh: bool = False
     gate: dict | None = None  # data-quality gate summary (gated tables only): suite, outcome, failures, report
+    # Spark's per-phase milliseconds summed over the run's micro-batches (latestOffset = listing or Delta log
+    # reads, addBatch = the write, walCommit/commitOffsets = checkpoint commits): where a slow run's time went.
+    durations_ms: dict[str, int] = field(default_factory=dict)
+    input_unchanged: bool = False  # source as it was when the last finished run started: no query was started
 
     def record_gate(self, report) -> None:
         """Fold one validated batch into the table's gate summary (the run summary and the Airflow gate read it)."""
@@ -135,6 +141,8 @@ class BatchWriter:
             self.write_gated_batch(batch, batch_id)
         elif self.table.reads_landing:
             self.write_landing_batch(batch, batch_id)
+        elif self.table.merges:
+            self.write_merged(batch, batch_id)
         else:
             self.write_replayable(batch, batch_id, "overwrite" if self.table.output_mode == "complete" else "append")
         inject_fault(self.table.id, "after_write", batch_id)
@@ -157,6 +165,39 @@ class BatchWriter:
             .option("mergeSchema", str(self.merge_schema and path == self.path).lower())
             .save(path)
         )  # fmt: skip
+
+    def write_merged(self, batch: DataFrame, batch_id: int) -> None:
+        """Update mode: MERGE the batch's changed aggregate rows into the table on its keys.
+
+        The plan runs once into the cache first, so stateful operators commit their state stores even when Delta
+        skips a replayed MERGE. MERGE needs a table: the first batch with rows creates it with the batch's schema,
+        under the same txnAppId/txnVersion, so a replay of that batch is skipped like any other.
+        """
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if batch.count() == 0:  # a no-data batch that only advanced the watermark: nothing changed
+                return
+            if delta_version(Path(self.path)) < 0:
+                self.write(batch, self.path, "append", batch_id)
+            else:
+                self.merge(batch, batch_id)
+        finally:
+            batch.unpersist()
+
+    def merge(self, batch: DataFrame, batch_id: int) -> None:
+        """Upsert on the keys (null-safe: a null group is a group); Delta skips a batch id it already committed."""
+        from delta.tables import DeltaTable
+
+        session = batch.sparkSession  # the query's own session: the confs cannot leak into another table's writes
+        condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in self.table.keys)
+        session.conf.set(TXN_APP_ID, self.app_id)
+        session.conf.set(TXN_VERSION, str(batch_id))
+        try:
+            (DeltaTable.forPath(session, self.path).alias("t").merge(batch.alias("s"), condition)
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())  # fmt: skip
+        finally:
+            session.conf.unset(TXN_APP_ID)
+            session.conf.unset(TXN_VERSION)
 
     def write_gated_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Write-audit-publish: validate the batch, then write passing rows and set-aside rows, or nothing.
@@ -241,7 +282,7 @@ def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunC
     writer = (
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
         .option("checkpointLocation", str(checkpoint))
-        .outputMode(table.output_mode)
+        .outputMode(table.query_output_mode)
         .foreachBatch(BatchWriter(spark, table, app_id, run, result, gate_for(spark, pipeline, table, run), pipeline))
     )
     if table.trigger.kind == "availableNow":
@@ -272,13 +313,19 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
     error = None
     try:
         checkpoints.verify(pipeline, table)
-        query = start_query(spark, pipeline, table, run, result)
-        if table.trigger.kind == "processingTime":
-            query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
-            query.stop()
-        query.awaitTermination()
-        collect_progress(query, table, result)
-        checkpoints.record_shape(pipeline, table)
+        fingerprint = checkpoints.input_fingerprint(pipeline, table)
+        previous = checkpoints.nothing_new(pipeline, table, fingerprint)
+        if previous is not None:  # the query would find nothing: skip its start (seconds per table, B5)
+            result.input_unchanged, result.state_rows = True, int(previous.get("state_rows", 0))
+        else:
+            query = start_query(spark, pipeline, table, run, result)
+            if table.trigger.kind == "processingTime":
+                query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
+                query.stop()
+            query.awaitTermination()
+            collect_progress(query, table, result)
+            checkpoints.record_shape(pipeline, table)
+            checkpoints.record_input(pipeline, table, fingerprint, result.state_rows)
     except CapturedException as exc:
         error = result.error or _first_line(exc)  # a message the batch writer left (schema drift) beats Spark's
         hint = storage_error_fix(str(exc)) or checkpoints.spark_error_fix(pipeline, table, str(exc))
@@ -316,6 +363,8 @@ def collect_progress(query, table: Table, result: TableResult) -> None:
     if not table.reads_landing:
         result.rows_in = sum(p.numInputRows for p in progresses)
     for progress in progresses:
+        for phase, ms in (progress.durationMs or {}).items():
+            result.durations_ms[phase] = result.durations_ms.get(phase, 0) + int(ms)
         for state in progress.stateOperators:
             result.rows_dropped_by_watermark += state.numRowsDroppedByWatermark
     if progresses and progresses[-1].stateOperators:

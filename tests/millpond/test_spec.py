@@ -161,3 +161,62 @@ def test_schema_drift_defaults_to_rescue_and_accepts_each_policy(tmp_path):
         assert pipeline.sources["landing.activity"].schema_drift == policy
     text = problems_for(tmp_path, lambda s: s["sources"]["activity"].update(schema_drift="evolve"))
     assert "Fix: use rescue (default: keep new fields as JSON in _rescued_data), add" in text
+
+
+def hourly_in(mode: str, **changes):
+    """Mutation: gold.activity_hourly in another output mode (plus any field changes)."""
+    return lambda s: s["tables"]["gold.activity_hourly"].update(output_mode=mode, **changes)
+
+
+def windowed(**window):
+    return lambda s: (hourly_in("update")(s), s["tables"]["gold.activity_hourly"]["aggregate"]["window"].update(window))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "message", "fix"),
+    [
+        (lambda s: (hourly_in("update")(s), s["tables"]["gold.activity_hourly"].pop("keys")),
+         "tables.gold.activity_hourly.keys", "update mode MERGEs each batch into the table on its keys",
+         "Fix: add keys: [hour, gt]"),
+        (hourly_in("update", keys=["gt"]), "tables.gold.activity_hourly.keys",
+         "[gt] is not the window alias plus group_by", "Fix: set keys: [hour, gt]"),
+        (hourly_in("update", keys=["hour", "gt", "Device"]), "tables.gold.activity_hourly.keys",
+         "is not the window alias plus group_by", "Fix: set keys: [hour, gt]"),
+        (lambda s: s["tables"]["bronze.activity"].update(output_mode="update"), "tables.bronze.activity.output_mode",
+         "has no aggregate (nor dedup)", "Fix: use output_mode: append"),
+        (lambda s: s["tables"]["gold.device_counts"].update(output_mode="update", expectations="activity.x"),
+         "tables.gold.device_counts.expectations", "a gate cannot set rows of an update-mode table aside",
+         "Fix: gate the upstream table, or use output_mode: append or complete"),
+        (windowed(slide="2 hours"), "tables.gold.activity_hourly.aggregate.window.slide",
+         "slide '2 hours' is longer than the window duration '1 hour'", "Fix: use a slide no longer than the duration"),
+        (hourly_in("append", watermark={"column": "_ingested_at", "delay": "1 hour"}),
+         "tables.gold.activity_hourly.aggregate.window.column",
+         "the window is on 'Recorded_At' and the watermark on '_ingested_at'", "Fix: window on _ingested_at"),
+        (lambda s: s["tables"]["gold.device_counts"].update(output_mode="append"),
+         "tables.gold.device_counts.aggregate", "needs a watermark", "Fix: add 'watermark: "),
+        (lambda s: s["tables"]["gold.device_counts"].update(
+            output_mode="append", watermark={"column": "Recorded_At", "delay": "1 hour"}),
+         "tables.gold.device_counts.aggregate", "must group by the watermark column 'Recorded_At'",
+         "Fix: add window: {column: Recorded_At"),
+        (lambda s: s["tables"]["silver.activity"].update(output_mode="complete"), "tables.silver.activity.output_mode",
+         "complete mode needs an aggregation", "Fix: add an 'aggregate:' block"),
+    ],
+)  # fmt: skip
+def test_output_mode_and_window_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
+    text = problems_for(tmp_path, mutate)
+    problem = next((line for line in text.splitlines() if f": {field}: " in line), "")
+    assert message in problem, text
+    assert fix in problem, text
+
+
+def test_update_mode_and_windows_that_follow_the_rules_load(tmp_path):
+    spec = copy.deepcopy(ACTIVITY)
+    hourly_in("update", keys=["gt", "hour"])(spec)  # key order does not matter
+    spec["tables"]["gold.activity_hourly"]["aggregate"]["window"]["slide"] = "30 minutes"
+    spec["tables"]["silver.activity"]["output_mode"] = "update"
+    spec["tables"]["silver.activity"].pop("expectations")
+    pipeline = load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")
+    hourly, silver = pipeline.tables["gold.activity_hourly"], pipeline.tables["silver.activity"]
+    assert hourly.merges and hourly.query_output_mode == "update"
+    assert hourly.aggregate_keys == ("hour", "gt") and hourly.aggregate.window.slide == "30 minutes"
+    assert not silver.merges and silver.query_output_mode == "append"  # dedup: update emits what append does

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from millpond import paths
+from millpond import paths, run_summary
 from millpond.delta_log import table_state
 from millpond.generate import activity_files
 from spark_jobs import runner
@@ -51,6 +51,22 @@ def test_a_run_with_nothing_new_writes_nothing(spark, lake):
     assert {t: (r.rows_in, r.rows_written, r.version_before, r.version_after) for t, r in log.items()} == {
         t: (0, 0, v, v) for t, v in before.items()
     }
+
+
+def test_tables_whose_source_did_not_change_start_no_query_and_new_files_are_read_next_run(spark, lake):
+    land(lake, 2, duplicates=0.05)
+    assert runner.main(["activity", "--run-id", "first"]) == 0
+    first = event_log(spark, "first")
+    assert runner.main(["activity", "--run-id", "idle"]) == 0
+    idle = {t["table"]: t for t in run_summary.load("activity", "idle")["tables"]}
+    assert {t: (e["input_unchanged"], e["micro_batches"]) for t, e in idle.items()} == {t: (True, 0) for t in first}
+    assert {t: e["state_rows"] for t, e in idle.items()} == {t: r.state_rows for t, r in first.items()}
+    land(lake, 1, seed=9)
+    assert runner.main(["activity", "--run-id", "next"]) == 0
+    after = {t["table"]: t for t in run_summary.load("activity", "next")["tables"]}
+    assert not [t for t, e in after.items() if e["input_unchanged"]]
+    assert after["bronze.activity"]["rows_in"] == 400
+    assert_matches_reference(spark, activity_reference(lake / "landing" / "activity"))
 
 
 def test_event_log_records_each_table_with_airflow_context(spark, lake):

@@ -1,0 +1,103 @@
+"""Benchmark data: one pool of landed activity files per scale, and lakes whose history is built from it.
+
+The pool is generated once (`.cache/bench/pool-<scale>/`) and hard-linked into each lake's landing folder, so
+every side of a comparison reads the very same bytes. A lake's history is built by several scheduled-style runs
+(not one big run), so Delta logs, checkpoints and the file source's seen-files log grow as they would in use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from millpond.generate import activity_files
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "bench"
+LANDING = Path("landing") / "activity"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """`unit_files` files are one increment (1x history, and the 1 % of new data after 100x); 100x is 100 units."""
+
+    rows_per_file: int
+    unit_files: int
+    history_runs: int  # runs that build the 100x history (the 1x history takes one)
+    b3_files: int  # files of the ingest comparisons (B3, B4), read from a fresh lake
+    repeats: int
+
+    @property
+    def pool_files(self) -> int:
+        return 101 * self.unit_files  # 100x history + one increment
+
+
+SCALES = {
+    "tiny": Scale(rows_per_file=200, unit_files=1, history_runs=2, b3_files=4, repeats=1),  # harness smoke (make test)
+    "small": Scale(rows_per_file=1000, unit_files=3, history_runs=4, b3_files=30, repeats=3),
+    "large": Scale(rows_per_file=5000, unit_files=11, history_runs=10, b3_files=200, repeats=3),
+}
+
+
+def pool(scale_name: str) -> list[Path]:
+    """The scale's landed files, oldest first, generated on first use (1 % duplicates, 0.1 % malformed lines)."""
+    scale = SCALES[scale_name]
+    folder = CACHE / f"pool-{scale_name}"
+    marker = folder / "pool.json"
+    wanted = json.dumps(asdict(scale) | {"generator": 1})
+    if not (marker.exists() and marker.read_text() == wanted):
+        shutil.rmtree(folder, ignore_errors=True)
+        for start in range(0, scale.pool_files, 100):
+            count = min(100, scale.pool_files - start)
+            activity_files(folder, count, scale.rows_per_file, duplicates=0.01, malformed=0.001, seed=start,
+                           start_index=start)  # fmt: skip
+        marker.write_text(wanted)
+    return sorted(folder.glob("activity-*.json"))
+
+
+def land(lake: Path, files: list[Path]) -> None:
+    """Hard-link pool files into the lake's landing folder (same bytes, no copy; mtimes kept)."""
+    target = lake / LANDING
+    target.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        os.link(f, target / f.name)
+
+
+def size_bytes(files: list[Path]) -> int:
+    return sum(f.stat().st_size for f in files)
+
+
+def build_lake(lake: Path, files: list[Path], runs: int) -> None:
+    """A lake whose tables hold `files`, landed and run in `runs` rounds (one warm JVM, like an hourly schedule).
+
+    Saved as a hard-linked snapshot (nothing in a lake is modified in place) for `restore_lake`.
+    """
+    shutil.rmtree(lake, ignore_errors=True)
+    lake.mkdir(parents=True)
+    rounds = [files[i * len(files) // runs : (i + 1) * len(files) // runs] for i in range(runs)]
+    manifest = lake.parent / f"{lake.name}.rounds.json"
+    manifest.write_text(json.dumps([[str(f) for f in r] for r in rounds]))
+    subprocess.run([sys.executable, "-m", "bench.jobs.history", str(lake), str(manifest)], cwd=REPO, check=True,
+                   env={**os.environ, "MILLPOND_LAKE": str(lake)})  # fmt: skip
+    shutil.rmtree(_snapshot(lake), ignore_errors=True)
+    subprocess.run(["cp", "-a", "-l", str(lake), str(_snapshot(lake))], check=True)
+
+
+def restore_lake(lake: Path) -> None:
+    """Put the lake back as `build_lake` left it, in the same place: checkpoints hold absolute file paths, so a
+    copy elsewhere would not be the same lake (Spark re-reads the last batch's files by path on restart)."""
+    snapshot = _snapshot(lake)
+    shutil.rmtree(lake, ignore_errors=True)
+    lake.mkdir(parents=True)
+    for entry in snapshot.iterdir():
+        link = ["-l"] if entry.name == "landing" else []  # landed files are never modified: hard-link them
+        subprocess.run(["cp", "-a", *link, str(entry), str(lake / entry.name)], check=True)
+
+
+def _snapshot(lake: Path) -> Path:
+    return lake.parent / f"{lake.name}.snapshot"
