@@ -23,7 +23,7 @@ help:
 	@echo "make up     Airflow scheduler + UI/API + dag-processor + triggerer in the background (login required)"
 	@echo "make down   stop everything make up started"
 	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (RELIABILITY.md)"
-	@echo "make bench SCALE=small|large  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json and .md"
+	@echo "make bench SCALE=small|large [ONLY=B3,B6]  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json, .md"
 
 setup: venv jars
 
@@ -75,8 +75,9 @@ stress: setup
 
 # Benchmarks (README "Benchmarks"): ratios measured in one run on this machine; never part of `make test`.
 SCALE ?= small
+ONLY ?=
 bench: setup airflow-db
-	$(BIN)/python -m bench.run --scale $(SCALE)
+	$(BIN)/python -m bench.run --scale $(SCALE) $(if $(ONLY),--only $(ONLY))
 
 up: setup airflow-db
 	scripts/airflow-up.sh
