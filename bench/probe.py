@@ -7,6 +7,8 @@ import os
 import re
 import statistics
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +41,6 @@ def measure(command: list[str], env: dict[str, str] | None = None, timeout: floa
     proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     chunks: list[str] = []
-    import threading
-
     reader = threading.Thread(target=lambda: chunks.extend(proc.stdout), daemon=True)  # never block on a full pipe
     reader.start()
     root, peak = psutil.Process(proc.pid), 0
@@ -88,4 +88,4 @@ def spread(values: list[float], digits: int = 2) -> dict[str, float]:
 
 
 def millpond_command(*args: str) -> list[str]:
-    return [str(Path(os.sys.executable).parent / "millpond"), "run", "activity", *args]
+    return [str(Path(sys.executable).parent / "millpond"), "run", "activity", *args]

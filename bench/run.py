@@ -25,8 +25,6 @@ from pathlib import Path
 from bench import data
 from bench.probe import Measured, measure, millpond_command, spread
 
-TABLES = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
-
 
 class Bench:
     """Lakes and runs shared by several benchmarks (B1, B2 and B7 read the same incremental runs)."""

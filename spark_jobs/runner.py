@@ -205,7 +205,7 @@ def format_result(r) -> str:
         f"{r.table:<28} {r.outcome:<9} batches={r.micro_batches} in={r.rows_in} written={r.rows_written} "
         f"quarantined={r.rows_quarantined} late_dropped={r.rows_dropped_by_watermark} "
         f"version={r.version_before}->{r.version_after} {r.seconds:.1f}s  {paths.table_path(r.table)}"
-        + ("  (nothing new since its last run: query not started)" if getattr(r, "input_unchanged", False) else "")
+        + ("  (nothing new since its last run: query not started)" if r.input_unchanged else "")
     )
 
 
