@@ -7,8 +7,8 @@ layer read each other as streams in one session. Per-table status still shows in
 each table's outcome and row counts into the run's JSON summary (keyed by Airflow's run id), and the
 `run_summary` task pushes one XCom per table and logs a table, without a JVM.
 
-Imports only `airflow.sdk`, the Spark provider and light millpond modules: the DAG processor parses this every
-30 s, so pyspark, delta, great_expectations and pandas stay out (they load inside the Spark job).
+Imports only `airflow.sdk` and light millpond modules: the DAG processor parses this every 30 s, so pyspark,
+delta, great_expectations, pandas and even the Spark provider's modules load only when a task runs.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, BaseHook, BaseOperator, Param, TriggerRule
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable
 from airflow.sdk.exceptions import AirflowException
@@ -62,37 +60,6 @@ def table_asset(table_id: str) -> Asset:
 # ---------------------------------------------------------------------------------------------- Spark submit
 
 
-class MillpondSparkSubmitHook(SparkSubmitHook):
-    """spark-submit whose whole process tree (JVM + Python driver) dies with the task and whose exit says why."""
-
-    killed = False
-
-    def submit(self, application: str = "", **kwargs: Any) -> str | None:
-        kwargs.setdefault("preexec_fn", _die_with_parent)
-        try:
-            driver_id = super().submit(application, **kwargs)
-        except AirflowException as exc:
-            if self.killed:
-                raise AirflowException(STOPPED) from None
-            code = self._submit_sp.returncode if getattr(self, "_submit_sp", None) else None
-            reason = EXIT_CODES.get(code or 0)
-            if reason:
-                raise AirflowException(f"millpond runner exited {code}: {reason}.\n{exc}") from None
-            raise
-        if self.killed:  # the JVM may exit 0 after its shutdown hooks ran
-            raise AirflowException(STOPPED)
-        return driver_id
-
-    def on_kill(self) -> None:
-        """Stop the spark-submit JVM AND its Python driver (which holds the pipeline lock), not just the JVM."""
-        process = getattr(self, "_submit_sp", None)
-        if process is not None and process.poll() is None:
-            self.killed = True
-            self.log.info("Stopping spark-submit pid %s and its children", process.pid)
-            kill_tree(process.pid)
-        super().on_kill()
-
-
 def kill_tree(pid: int, grace: float = 10.0) -> None:
     """SIGTERM a process and its descendants (the JVM runs its shutdown hooks), SIGKILL what is left after `grace`."""
     import psutil  # an Airflow dependency; only needed when killing
@@ -126,41 +93,94 @@ def _die_with_parent() -> None:
         pass
 
 
-class MillpondSparkSubmitOperator(SparkSubmitOperator):
-    """Runs `spark_jobs/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped."""
+class MillpondSparkSubmitOperator(BaseOperator):
+    """Runs `spark_jobs/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped.
 
+    Submits through the Spark provider's SparkSubmitHook, imported at run time: the provider's operator module
+    pulls in `requests` and friends, which DAG parsing would otherwise pay every 30 s (README "Benchmarks", B6).
+    Client mode only: a retry starts a fresh application, never a "reattach".
+    """
+
+    template_fields = ("application_args", "conf", "env_vars", "name")
     ui_color = "#f4a460"
     operator_extra_links = (ReportLink(),)  # ingest validates silver, gold its own suites: the run's report
 
     def __init__(self, *, pipeline: str, layers: tuple[str, ...], full_refresh: str, extra_args: tuple[str, ...] = (),
-                 **kwargs: Any):  # fmt: skip
-        self.pipeline = pipeline
-        self.layers = layers
-        super().__init__(
-            application=str(RUNNER),
-            conn_id=SPARK_CONN_ID,
-            name=f"millpond:{pipeline}:{'+'.join(layers)}",
-            application_args=[pipeline, "--layers", ",".join(layers), *RUN_ARGS, "--full-refresh", full_refresh,
-                              "--wait", str(_env_float("MILLPOND_LOCK_WAIT_SECONDS", 600)), *extra_args],
-            durable=False,  # client mode: a retry must start a fresh application, never "reattach"
-            **kwargs,
-        )  # fmt: skip
+                 conf: dict[str, str] | None = None, env_vars: dict[str, str] | None = None, **kwargs: Any):  # fmt: skip
+        super().__init__(**kwargs)
+        self.pipeline, self.layers = pipeline, layers
+        self.application, self._conn_id = str(RUNNER), SPARK_CONN_ID
+        self.name = f"millpond:{pipeline}:{'+'.join(layers)}"
+        self.application_args = [pipeline, "--layers", ",".join(layers), *RUN_ARGS, "--full-refresh", full_refresh,
+                                 "--wait", str(_env_float("MILLPOND_LOCK_WAIT_SECONDS", 600)), *extra_args]  # fmt: skip
+        self.conf, self.env_vars = conf or {}, env_vars or {}
+        self.jars = self.py_files = ""
+        self._hook = None
 
     def execute(self, context: Any) -> None:
+        if self.run_without_spark():
+            return
         master = spark_master(self._conn_id)
         self.log.info("Spark master %s (connection %r)", master, self._conn_id)
         self.jars = ",".join(paths.delta_jars())
         self.py_files = str(build_py_files())
-        self.conf = {**spark_conf(), **(self.conf or {})}
+        self.conf = {**spark_conf(), **self.conf}
         # The driver imports millpond from the zip too, where the repo-relative defaults do not exist.
-        self.env_vars = {**job_env(), **(self.env_vars or {})}
-        self._hook = None  # jars/py_files/conf are read when the hook is built
-        super().execute(context)
+        self.env_vars = {**job_env(), **self.env_vars}
+        self._hook = self.build_hook()
+        self._hook.submit(self.application)
 
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        hook.__class__ = MillpondSparkSubmitHook  # the provider builds it with ~30 kwargs; keep those, add our methods
-        return hook
+    def run_without_spark(self) -> bool:
+        """A run in which no table has anything new needs no JVM: the runner records it here, in ~1 s."""
+        from spark_jobs import runner
+
+        code = runner.main(list(self.application_args), spark_allowed=False)
+        if code == runner.NEEDS_SPARK:
+            return False
+        if code == 0:
+            return True
+        raise AirflowException(f"millpond runner exited {code}: {EXIT_CODES.get(code, 'see the log above')}.")
+
+    def build_hook(self):
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        class MillpondSparkSubmitHook(SparkSubmitHook):
+            """spark-submit whose whole process tree (JVM + Python driver) dies with the task; its exit says why."""
+
+            killed = False
+
+            def submit(self, application: str = "", **kwargs: Any) -> str | None:
+                kwargs.setdefault("preexec_fn", _die_with_parent)
+                try:
+                    driver_id = super().submit(application, **kwargs)
+                except AirflowException as exc:
+                    if self.killed:
+                        raise AirflowException(STOPPED) from None
+                    code = self._submit_sp.returncode if getattr(self, "_submit_sp", None) else None
+                    reason = EXIT_CODES.get(code or 0)
+                    if reason:
+                        raise AirflowException(f"millpond runner exited {code}: {reason}.\n{exc}") from None
+                    raise
+                if self.killed:  # the JVM may exit 0 after its shutdown hooks ran
+                    raise AirflowException(STOPPED)
+                return driver_id
+
+            def on_kill(self) -> None:
+                """Stop the spark-submit JVM AND its Python driver (which holds the pipeline lock)."""
+                process = getattr(self, "_submit_sp", None)
+                if process is not None and process.poll() is None:
+                    self.killed = True
+                    self.log.info("Stopping spark-submit pid %s and its children", process.pid)
+                    kill_tree(process.pid)
+                super().on_kill()
+
+        return MillpondSparkSubmitHook(conf=self.conf, conn_id=self._conn_id, py_files=self.py_files, jars=self.jars,
+                                       name=self.name, application_args=list(self.application_args),
+                                       env_vars=self.env_vars)  # fmt: skip
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
 
 
 def spark_master(conn_id: str = SPARK_CONN_ID) -> str:

@@ -22,6 +22,8 @@ import yaml
 
 from millpond import paths
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: DAG parsing reads every spec
+
 LAYERS = ("bronze", "silver", "gold")
 FILE_FORMATS = ("json", "csv", "parquet")
 OUTPUT_MODES = ("append", "complete", "update")
@@ -227,7 +229,7 @@ def load_pipeline(name_or_path: str | Path, lake_root: Path | None = None) -> Pi
         known = ", ".join(p.stem for p in all_spec_paths()) or "none"
         raise SpecError([f"{path}: no such pipeline spec (pipelines in {paths.pipelines_dir()}: {known})"])
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
     return _Loader(path, lake_root or paths.lake_root()).pipeline(raw)

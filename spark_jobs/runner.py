@@ -14,8 +14,10 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from millpond import paths
+from millpond import checkpoints, event_log, paths
+from millpond.delta_log import latest_version
 from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
+from millpond.run_record import RunContext, TableResult
 from millpond.spec import LAYERS, Pipeline, SpecError, load_pipeline
 
 
@@ -86,7 +88,11 @@ def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+NEEDS_SPARK = 10  # main(..., spark_allowed=False): some table has something new; nothing was touched
+
+
+def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
+    """The run; with spark_allowed=False only a run that needs no JVM happens (else it returns NEEDS_SPARK)."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         pipeline = load_pipeline(args.pipeline)
@@ -97,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     run_id = args.run_id or f"manual__{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
-            return _run_locked(pipeline, tables, refresh, args, run_id)
+            return _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed)
     except PipelineBusy as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 3
@@ -107,11 +113,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args: argparse.Namespace,
-                run_id: str) -> int:  # fmt: skip
+                run_id: str, spark_allowed: bool) -> int:  # fmt: skip
+    quarantine = tuple(gated_tables_to_quarantine(pipeline, args))
+    run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end, quarantine)
+    idle = None if refresh or quarantine else results_if_nothing_new(pipeline, tables)
+    if idle is not None:
+        phases = {"launch": seconds_since_launch(), "check_sources": sum(r.seconds for r in idle)}
+        for result in idle:
+            print(format_result(result), flush=True)
+        print("millpond: no table has anything new: no Spark application started")
+        return record_run(pipeline, run, idle, phases, args)
+    if not spark_allowed:
+        return NEEDS_SPARK
     # Heavy imports only now: validation and lock errors above answer in well under a second.
-    from spark_jobs import event_log
+    from pyspark.sql import SparkSession
+
     from spark_jobs.session import build_spark_session
-    from spark_jobs.streaming import RunContext, TableFailed, TableResult, run_table
+    from spark_jobs.streaming import TableFailed, run_table
 
     if refresh:
         roots = [t for t in refresh if pipeline.tables[t].source not in refresh]
@@ -119,20 +137,16 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
         print(f"millpond: full refresh of {', '.join(roots)}" + (f" also rebuilds {', '.join(extra)} (they read it "
               "as a stream)" if extra else ""))  # fmt: skip
         reset_tables(pipeline, refresh)
-    quarantine = tuple(gated_tables_to_quarantine(pipeline, args))
     if quarantine:
         print(f"millpond: this run quarantines rows failing `fail` expectations of {', '.join(quarantine)} "
               "(with rule name and run id) instead of stopping at the gate")  # fmt: skip
-    run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end, quarantine)
-    from pyspark.sql import SparkSession
-
     # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
     phases = {} if SparkSession.getActiveSession() else {"launch": seconds_since_launch()}
     started = time.perf_counter()
     spark = build_spark_session(f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master)
     phases["spark_session"] = time.perf_counter() - started
     results: list[TableResult] = []
-    failed, gate_failed = None, False
+    failed = None
     for table_id in tables:
         table = pipeline.tables[table_id]
         if failed:
@@ -150,18 +164,50 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
         results.append(result)
         print(format_result(result), flush=True)
     phases.update({r.table: r.seconds for r in results})
+    return record_run(pipeline, run, results, phases, args)
+
+
+def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableResult] | None:
+    """Every table's result when none has anything new since its last finished run, else None.
+
+    Decided from file listings, the Delta logs and the checkpoints (no JVM), in dependency order: nothing is
+    written, so each upstream version read here is the one its downstream table's last run read. A checkpoint
+    problem is left to the Spark path, which reports it per table as usual.
+    """
+    results = []
+    for table_id in tables:
+        table, started = pipeline.tables[table_id], datetime.now(UTC)
+        try:
+            checkpoints.verify(pipeline, table)
+            previous = checkpoints.nothing_new(pipeline, table, checkpoints.input_fingerprint(pipeline, table))
+        except (checkpoints.CheckpointProblem, OSError):
+            return None
+        if previous is None:
+            return None
+        version = latest_version(paths.table_path(table_id))
+        results.append(TableResult(table_id, table.layer, started, ended_at=datetime.now(UTC), version_before=version,
+                                   version_after=version, outcome="succeeded", input_unchanged=True,
+                                   state_rows=int(previous.get("state_rows", 0))))  # fmt: skip
+    return results
+
+
+def record_run(pipeline: Pipeline, run: RunContext, results: list[TableResult], phases: dict[str, float],
+               args: argparse.Namespace) -> int:  # fmt: skip
+    """Event log and run summary, then the exit code: the tables are committed (or not) already."""
+    failed = next((r.table for r in results if r.outcome in ("failed", "gate_failed")), None)
+    gate_failed = any(r.outcome == "gate_failed" for r in results)
     started = time.perf_counter()
     try:
-        event_log.append(spark, pipeline.name, run, results)
+        event_log.append(pipeline.name, run, results)
         summary = event_log.write_run_summary(pipeline.name, run, results)
         phases["event_log"] = time.perf_counter() - started
         print("millpond: phases " + " ".join(f"{name}={seconds:.2f}s" for name, seconds in phases.items()))
-    except Exception as exc:  # the tables are committed (or not) already; say so instead of a traceback
-        print(f"millpond: run {run_id}: could not record the run in {paths.event_log_path()}: "
+    except Exception as exc:  # say so instead of a traceback
+        print(f"millpond: run {run.run_id}: could not record the run in {paths.event_log_path()}: "
               f"{str(exc).strip().splitlines()[0][:500]}. The tables are as reported above; rerun once the lake is "
               "writable.", file=sys.stderr)  # fmt: skip
         return 1
-    print(f"millpond: run {run_id} {'FAILED at ' + failed if failed else 'succeeded'}; summary {summary}")
+    print(f"millpond: run {run.run_id} {'FAILED at ' + failed if failed else 'succeeded'}; summary {summary}")
     for result in results:
         if result.gate:
             print(f"millpond: gate {result.gate['suite']} on {result.table}: {result.gate['outcome']}; report "

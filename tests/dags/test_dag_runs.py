@@ -106,6 +106,8 @@ def test_backfill_of_two_intervals_adds_no_duplicates_and_the_second_writes_noth
     second = run_summary.load("activity", run_id_of(log))
     assert versions() == before
     assert {t["table"]: (t["rows_in"], t["rows_written"]) for t in second["tables"]} == {t: (0, 0) for t in TABLES}
+    # Nothing new: the ingest and gold tasks each recorded their run without submitting a Spark application.
+    assert log.count("no Spark application started") == 2 and "Spark-Submit cmd" not in log, log[-3000:]
     assert_matches_reference(spark, activity_reference(lake / "landing" / "activity"))
 
 

@@ -63,8 +63,7 @@ def test_spark_submit_command_line_carries_no_secret(monkeypatch):
     task.jars = ",".join(airflow_dags.paths.delta_jars())
     task.conf = {**airflow_dags.spark_conf(), **(task.conf or {})}
     task.env_vars = {**airflow_dags.job_env(), **(task.env_vars or {})}
-    task._hook = None
-    hook = task._get_hook()
+    hook = task.build_hook()
     command = hook._build_spark_submit_command(task.application)
     assert "--master" in command and "spark://127.0.0.1:7077" in command
     assert not [arg for arg in command if secret in arg]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from millpond import paths, run_summary
@@ -62,11 +67,30 @@ def test_tables_whose_source_did_not_change_start_no_query_and_new_files_are_rea
     assert {t: (e["input_unchanged"], e["micro_batches"]) for t, e in idle.items()} == {t: (True, 0) for t in first}
     assert {t: e["state_rows"] for t, e in idle.items()} == {t: r.state_rows for t, r in first.items()}
     land(lake, 1, seed=9)
+    before = versions()
+    assert runner.main(["activity", "--run-id", "asked-without-spark"], spark_allowed=False) == runner.NEEDS_SPARK
+    assert versions() == before and run_summary.load("activity", "asked-without-spark") is None
     assert runner.main(["activity", "--run-id", "next"]) == 0
     after = {t["table"]: t for t in run_summary.load("activity", "next")["tables"]}
     assert not [t for t, e in after.items() if e["input_unchanged"]]
     assert after["bronze.activity"]["rows_in"] == 400
     assert_matches_reference(spark, activity_reference(lake / "landing" / "activity"))
+
+
+def test_a_run_with_nothing_new_needs_no_java_and_its_event_log_rows_read_back_in_spark(spark, lake):
+    land(lake, 1)
+    assert runner.main(["activity", "--run-id", "first"]) == 0
+    no_java = {**os.environ, "JAVA_HOME": str(lake / "no-java"), "PATH": str(Path(sys.executable).parent)}
+    idle = subprocess.run([sys.executable, "-m", "spark_jobs.runner", "activity", "--run-id", "idle"], env=no_java,
+                          cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert idle.returncode == 0, idle.stderr
+    assert "no Spark application started" in idle.stdout
+    log, first = event_log(spark, "idle"), event_log(spark, "first")
+    assert set(log) == set(first)
+    for table, row in log.items():
+        assert (row.outcome, row.micro_batches, row.rows_written) == ("succeeded", 0, 0)
+        assert row.version_before == row.version_after == first[table].version_after
+        assert row.state_rows == first[table].state_rows and row.started_at <= row.ended_at
 
 
 def test_event_log_records_each_table_with_airflow_context(spark, lake):
