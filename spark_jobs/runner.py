@@ -118,7 +118,9 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
     run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end, quarantine)
     idle = None if refresh or quarantine else results_if_nothing_new(pipeline, tables)
     if idle is not None:
-        phases = {"launch": seconds_since_launch(), "check_sources": sum(r.seconds for r in idle)}
+        # An Airflow task asks in its own process (spark_allowed=False): that process's age is not this run's.
+        phases = {"launch": seconds_since_launch()} if spark_allowed else {}
+        phases["check_sources"] = sum(r.seconds for r in idle)
         for result in idle:
             print(format_result(result), flush=True)
         print("millpond: no table has anything new: no Spark application started")
