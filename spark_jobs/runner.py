@@ -9,10 +9,12 @@ gate failed (0 with --defer-gate-failure: the Airflow quality_gate task then fai
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from millpond import checkpoints, event_log, paths
 from millpond.delta_log import latest_version
@@ -227,10 +229,14 @@ def seconds_since_launch() -> float:
     """Seconds since this application started: its JVM's start under spark-submit (the JVM launches Python)."""
     import psutil
 
-    me = psutil.Process()
-    parent = me.parent()
-    launched = parent.create_time() if parent and parent.name().startswith("java") else me.create_time()
-    return max(0.0, time.time() - launched)
+    parent = psutil.Process().parent()
+    pid = parent.pid if parent and parent.name().startswith("java") else os.getpid()
+    try:  # ticks since boot against /proc/uptime: psutil's create_time rounds the boot time to whole seconds
+        start_ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):  # not Linux
+        return max(0.0, time.time() - psutil.Process(pid).create_time())
 
 
 def gate_failure_text(pipeline: Pipeline, result) -> str:
