@@ -139,7 +139,9 @@ class MillpondSparkSubmitOperator(BaseOperator):
             return False
         if code == 0:
             return True
-        raise AirflowException(f"millpond runner exited {code}: {EXIT_CODES.get(code, 'see the log above')}.")
+        # No table ran here, so exit 1 is the lake or the event log, not a table (the runner printed which).
+        reason = "the run could not be recorded" if code == 1 else EXIT_CODES.get(code, "see the log above")
+        raise AirflowException(f"millpond runner exited {code} before any Spark application: {reason}.")
 
     def build_hook(self):
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
