@@ -30,18 +30,19 @@ from urllib.parse import unquote
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from millpond import paths, reports
+from millpond import paths, reports, system_tables
 from millpond.delta_log import latest_version
 from millpond.spec import Table
 from millpond.suites import Rule, Suite, load_suite
 
 SITE = "millpond_gate"  # our Data Docs site (the ephemeral context already has `local_site`)
 SAMPLE_ROWS = 5
-VALIDATION_SCHEMA = (
-    "run_id STRING, pipeline STRING, table STRING, batch_id BIGINT, suite STRING, expectation STRING, "
-    "column STRING, severity STRING, success BOOLEAN, unexpected_count BIGINT, element_count BIGINT, "
-    "report_path STRING, validated_at TIMESTAMP"
-)
+VALIDATION_COLUMNS = (
+    ("run_id", "string"), ("pipeline", "string"), ("table", "string"), ("batch_id", "bigint"), ("suite", "string"),
+    ("expectation", "string"), ("column", "string"), ("severity", "string"), ("success", "boolean"),
+    ("unexpected_count", "bigint"), ("element_count", "bigint"), ("report_path", "string"),
+    ("validated_at", "timestamp"),
+)  # fmt: skip
 
 
 @dataclass
@@ -167,11 +168,12 @@ class Gate:
         print(reports.summary_text(report.entry()), flush=True)
         if self.mode != "run":
             return
-        rows = [(self.run_id, self.pipeline, self.table.id, report.batch_id, self.suite.name, o.rule.name,
-                 o.rule.column, o.rule.severity, o.success, o.unexpected_count, o.element_count, report.report_path,
-                 report.validated_at) for o in report.outcomes]  # fmt: skip
-        (self.spark.createDataFrame(rows, VALIDATION_SCHEMA).write.format("delta").mode("append")
-         .save(str(reports.validation_results_path())))  # fmt: skip
+        values = [(self.run_id, self.pipeline, self.table.id, report.batch_id, self.suite.name, o.rule.name,
+                   o.rule.column, o.rule.severity, o.success, o.unexpected_count, o.element_count,
+                   report.report_path, report.validated_at) for o in report.outcomes]  # fmt: skip
+        names = [name for name, _ in VALIDATION_COLUMNS]
+        system_tables.append(reports.validation_results_path(), VALIDATION_COLUMNS,
+                             [dict(zip(names, row, strict=True)) for row in values])  # fmt: skip
 
     # ------------------------------------------------------------------------------------------- split
     def rules_to_set_aside(self, report: GateReport) -> list[Rule]:
