@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from millpond import paths
+from millpond import file_sink_log, paths
 from millpond.delta_log import latest_version
 from millpond.spec import Pipeline, Table
 
@@ -38,7 +38,8 @@ def full_refresh_fix(pipeline: Pipeline, table: Table) -> str:
 def verify(pipeline: Pipeline, table: Table) -> None:
     """Raise CheckpointProblem if running `table` on its checkpoint could lose or duplicate rows."""
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
-    has_data = latest_version(paths.table_path(table.id)) >= 0
+    # A file sink's own log counts as data: a new checkpoint restarts at batch 0, which that log would skip.
+    has_data = file_sink_log.table_version(table) >= 0
     offsets = checkpoint / "offsets"
     if not _log_files(offsets):
         if has_data:
@@ -74,6 +75,8 @@ def shape(table: Table) -> dict:
         "dedup_keys": list(table.dedup_keys),
         "aggregate": _plain(asdict(table.aggregate)) if table.aggregate else None,
         "output_mode": table.query_output_mode,  # dedup-only update mode runs as append: switching is harmless
+        # A file sink's `_spark_metadata` log counts batch ids from this checkpoint: it cannot change format.
+        "sink": table.sink.format,
     }
 
 
@@ -82,10 +85,10 @@ def shape_changes(checkpoint: Path, table: Table) -> list[str]:
     recorded_path = checkpoint / SHAPE_FILE
     if not recorded_path.exists():
         return []
-    recorded = json.loads(recorded_path.read_text())
+    recorded = {"sink": "delta", **json.loads(recorded_path.read_text())}  # recorded before file sinks existed
     current = shape(table)
-    if not table.is_stateful and recorded.get("source") == current["source"]:
-        return []  # a stateless query only needs the same source
+    if not table.is_stateful and all(recorded.get(k) == current[k] for k in ("source", "sink")):
+        return []  # a stateless query only needs the same source (and sink)
     return [
         f"{name}: {_show(recorded.get(name))} -> {_show(current[name])}"
         for name in current

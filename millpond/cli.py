@@ -1,4 +1,4 @@
-"""`millpond` command line: validate specs, run pipelines, land sample data, show table status."""
+"""`millpond` command line: validate specs, run or preview pipelines, land sample data, show table status."""
 
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ def cmd_run(argv: list[str]) -> int:
     return run_main(argv)
 
 
+def cmd_preview(argv: list[str]) -> int:
+    from spark_jobs.preview import main as preview_main  # imports pyspark only once spec and table check out
+
+    return preview_main(argv)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from millpond.generate import activity_files
 
@@ -56,8 +62,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Each table's path, row count and version from its Delta log, and the last run's outcome (no JVM)."""
-    from millpond import run_summary
+    """Each table's path, row count and version from its Delta log (a file sink: its `_spark_metadata` log, the
+    version being the newest batch id), and the last run's outcome (no JVM)."""
+    from millpond import file_sink_log, run_summary
     from millpond.delta_log import table_state
 
     pipeline = load_pipeline(args.pipeline)
@@ -65,8 +72,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     last = {t["table"]: t for t in summary["tables"]} if summary else {}
     rows = []
     for table_id in pipeline.tables:
+        sink = pipeline.tables[table_id].sink
         for path in (paths.table_path(table_id), paths.quarantine_path(table_id)):
-            state = table_state(path)
+            is_table = path == paths.table_path(table_id)
+            state = file_sink_log.table_state(path, sink) if sink.is_file and is_table else table_state(path)
             if state is None and path != paths.table_path(table_id):
                 continue
             run = last.get(table_id, {}) if path == paths.table_path(table_id) else {}
@@ -91,11 +100,15 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(argv[1:])
     if argv[:1] == ["check"]:
         return cmd_check(argv[1:])
+    if argv[:1] == ["preview"]:
+        return cmd_preview(argv[1:])
     parser = argparse.ArgumentParser(prog="millpond", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run a pipeline's tables (see `millpond run --help`)")
     sub.add_parser("check", help="run the data-quality gate on a slice, writing a report only "
                    "(see `millpond check --help`)")  # fmt: skip
+    sub.add_parser("preview", help="print a table's first micro-batches, writing nothing "
+                   "(see `millpond preview --help`)")  # fmt: skip
     validate = sub.add_parser("validate", help="validate one spec or every spec in pipelines/")
     validate.add_argument("pipeline", nargs="?")
     validate.set_defaults(func=cmd_validate)

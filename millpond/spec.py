@@ -26,6 +26,7 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser:
 
 LAYERS = ("bronze", "silver", "gold")
 FILE_FORMATS = ("json", "csv", "parquet")
+SINK_FORMATS = ("delta", *FILE_FORMATS)  # delta: the default (foreachBatch writer); the rest: Spark's file sink
 OUTPUT_MODES = ("append", "complete", "update")
 TRIGGERS = ("availableNow", "once", "processingTime")
 SCHEMA_DRIFT = ("rescue", "add", "fail")  # what a json source does with fields its schema does not name
@@ -123,6 +124,22 @@ class Transform:
 
 
 @dataclass(frozen=True)
+class Sink:
+    """Where a table's rows go: a Delta table (default), or files written by Spark's own file sink.
+
+    The file sink is exactly-once through its `_spark_metadata` log (batch ids it already committed are skipped on
+    replay) and writes append only; readers must read the folder through that log (`spark.read.parquet(path)`).
+    """
+
+    format: str = "delta"
+    options: Mapping[str, str] = field(default_factory=dict)  # writer options, e.g. {header: 'true'} for csv
+
+    @property
+    def is_file(self) -> bool:
+        return self.format != "delta"
+
+
+@dataclass(frozen=True)
 class Table:
     layer: str
     name: str
@@ -138,6 +155,7 @@ class Table:
     rate_limit: RateLimit = RateLimit()
     keys: tuple[str, ...] = ()
     expectations: str | None = None
+    sink: Sink = Sink()
 
     @property
     def id(self) -> str:
@@ -424,7 +442,7 @@ class _Loader:
         spec = self.fields(where, raw, {
             "from": True, "description": False, "transform": False, "watermark": False, "dedup": False,
             "aggregate": False, "order_by": False, "output_mode": False, "trigger": False, "rate_limit": False,
-            "keys": False, "expectations": False,
+            "keys": False, "expectations": False, "sink": False,
         })  # fmt: skip
         if not _TABLE_ID.match(table_id):
             self.problem(where, f"{table_id!r} is not '<layer>.<name>'",
@@ -453,11 +471,48 @@ class _Loader:
             rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit")),
             keys=self.columns(f"{where}.keys", spec.get("keys")),
             expectations=str(spec["expectations"]) if spec.get("expectations") else None,
+            sink=self.sink(f"{where}.sink", spec.get("sink")),
         )  # fmt: skip
         self.streaming_rules(where, table)
+        if table.sink.is_file:
+            self.file_sink_rules(where, table)
         if table.expectations:
             self.suite_rules(where, table)
         return table
+
+    def sink(self, where: str, raw: Any) -> Sink:
+        if raw is None:
+            return Sink()
+        spec = self.fields(where, raw, {"format": True, "options": False})
+        fmt = str(spec.get("format", "delta"))
+        if spec and fmt not in SINK_FORMATS:
+            self.problem(f"{where}.format", f"unknown sink format {fmt!r}", f"use one of {', '.join(SINK_FORMATS)}")
+            fmt = "delta"
+        options = spec.get("options") or {}
+        if not isinstance(options, dict):
+            self.problem(f"{where}.options", "expected a mapping of writer options", "e.g. options: {header: 'true'}")
+            options = {}
+        if options and fmt == "delta":
+            self.problem(f"{where}.options", "writer options apply to file sinks only",
+                         "remove them, or set sink.format to parquet, json or csv")  # fmt: skip
+        return Sink(fmt, {str(k): str(v) for k, v in options.items()})
+
+    def file_sink_rules(self, where: str, table: Table) -> None:
+        """What Spark's file sink cannot do, or what millpond's Delta-only machinery around a table needs."""
+        fmt = table.sink.format
+        if table.output_mode != "append":
+            self.problem(f"{where}.output_mode", f"a {fmt} file sink writes in append mode only (Spark's file sink "
+                         f"cannot rewrite or update rows), not {table.output_mode}",
+                         "use output_mode: append (an aggregate then needs a watermark), or drop 'sink:' to write "
+                         "Delta")  # fmt: skip
+        if table.expectations:
+            self.problem(f"{where}.expectations", "the quality gate writes passing rows and set-aside rows to Delta "
+                         "(write-audit-publish), so it cannot gate a file sink",
+                         "gate the Delta table this one reads, or drop 'sink:'")  # fmt: skip
+        if table.reads_landing:
+            self.problem(f"{where}.sink", "a table reading landing files splits each batch into the table and its "
+                         "Delta quarantine, which a file sink cannot do",
+                         f"keep {table.id} on Delta and add a table with 'from: {table.id}' and this sink")  # fmt: skip
 
     def suite_rules(self, where: str, table: Table) -> None:
         """The suite follows the naming scheme, gates a table that can hold rows back, and is well-formed."""
@@ -622,6 +677,12 @@ class _Loader:
                              f"read one of: {names}")  # fmt: skip
             if table.source == table.id:
                 self.problem(f"tables.{table.id}.from", "a table cannot read itself", "read an upstream table")
+            upstream = tables.get(table.source)
+            if upstream is not None and upstream.sink.is_file and upstream is not table:
+                self.problem(f"tables.{table.id}.from", f"{table.source} writes {upstream.sink.format} files, and "
+                             "tables read their upstream as a Delta stream",
+                             f"read {upstream.source} instead (the table {table.source} reads), or drop "
+                             f"{table.source}'s 'sink:'")  # fmt: skip
         ordered: dict[str, Table] = {}
         visiting: list[str] = []
 

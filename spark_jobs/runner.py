@@ -16,8 +16,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from millpond import checkpoints, event_log, paths
-from millpond.delta_log import latest_version
+from millpond import checkpoints, event_log, file_sink_log, paths
 from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.run_record import RunContext, TableResult
 from millpond.spec import LAYERS, Pipeline, SpecError, load_pipeline
@@ -188,7 +187,7 @@ def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableR
             return None
         if previous is None:
             return None
-        version = latest_version(paths.table_path(table_id))
+        version = file_sink_log.table_version(table)
         results.append(TableResult(table_id, table.layer, started, ended_at=datetime.now(UTC), version_before=version,
                                    version_after=version, outcome="succeeded", input_unchanged=True,
                                    state_rows=int(previous.get("state_rows", 0))))  # fmt: skip

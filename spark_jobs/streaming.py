@@ -4,6 +4,8 @@ Each table is a named query with its own checkpoint, the spec's trigger, awaitTe
 naming the table. Every micro-batch reaches Delta through `foreachBatch` with `txnAppId`/`txnVersion`, so a
 batch replayed after a crash (offsets logged, commit not yet) is skipped by Delta instead of written twice.
 The app id is the checkpoint's query id: a new checkpoint never inherits an old one's transaction history.
+A file-sink table (`sink: {format: parquet|json|csv}`) is the exception: Spark's own file sink writes it,
+exactly once through the sink's `_spark_metadata` log, which skips a batch id it already committed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.utils import CapturedException
 
-from millpond import checkpoints, paths
+from millpond import checkpoints, file_sink_log, paths
 from millpond.delta_log import latest_version as delta_version
 from millpond.delta_log import rows_added
 from millpond.run_record import RunContext, TableResult
@@ -240,8 +242,14 @@ def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunC
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
         .option("checkpointLocation", str(checkpoint))
         .outputMode(table.query_output_mode)
-        .foreachBatch(BatchWriter(spark, table, app_id, run, result, gate_for(spark, pipeline, table, run), pipeline))
     )
+    if table.sink.is_file:
+        # Spark's own file sink: exactly once through its `_spark_metadata` log (a replayed batch id is skipped).
+        writer = writer.format(table.sink.format).options(**table.sink.options)
+        writer = writer.option("path", str(paths.table_path(table.id)))
+    else:
+        writer = writer.foreachBatch(BatchWriter(spark, table, app_id, run, result,
+                                                 gate_for(spark, pipeline, table, run), pipeline))  # fmt: skip
     if table.trigger.kind == "availableNow":
         writer = writer.trigger(availableNow=True)
     elif table.trigger.kind == "once":
@@ -266,7 +274,7 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
     """Drain what is new for one table, then record what happened; raises TableFailed naming the table."""
     path, quarantine = paths.table_path(table.id), paths.quarantine_path(table.id)
     result = TableResult(table.id, table.layer, datetime.now(UTC), full_refresh=full_refresh)
-    result.version_before, quarantine_before = delta_version(path), delta_version(quarantine)
+    result.version_before, quarantine_before = file_sink_log.table_version(table), delta_version(quarantine)
     error = None
     try:
         checkpoints.verify(pipeline, table)
@@ -280,6 +288,7 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
                 query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
                 query.stop()
             query.awaitTermination()
+            inject_fault(table.id, "after_query")  # every batch committed; millpond's own records not yet
             collect_progress(query, table, result)
             checkpoints.record_shape(pipeline, table)
             checkpoints.record_input(pipeline, table, fingerprint, result.state_rows)
@@ -292,14 +301,17 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
     except OSError as exc:  # our own checkpoint files (metadata, millpond.json) on a full or read-only lake
         error = f"{exc} -- {storage_error_fix(str(exc)) or 'storage error'}"
     result.ended_at = datetime.now(UTC)
-    result.version_after = delta_version(path)
+    result.version_after = file_sink_log.table_version(table)
     result.outcome = "failed" if error else "succeeded"
     result.error = error
     if result.gate and result.gate["outcome"] == "failed":
         result.outcome = "gate_failed"  # the query stopped on purpose: the gate raised before writing the batch
         result.error = error = gate_message(table, result)
-    result.rows_written = rows_added(path, result.version_before, result.version_after,
-                                     newest_only=table.output_mode == "complete")
+    if table.sink.is_file:
+        result.rows_written = file_sink_log.rows_added(path, table.sink, result.version_before, result.version_after)
+    else:
+        result.rows_written = rows_added(path, result.version_before, result.version_after,
+                                         newest_only=table.output_mode == "complete")  # fmt: skip
     result.rows_quarantined = rows_added(quarantine, quarantine_before, delta_version(quarantine))
     if error:
         raise TableFailed(table.id, error, result)
@@ -319,6 +331,8 @@ def collect_progress(query, table: Table, result: TableResult) -> None:
     progresses = query.recentProgress
     if not table.reads_landing:
         result.rows_in = sum(p.numInputRows for p in progresses)
+    if table.sink.is_file:  # no foreachBatch to count them
+        result.micro_batches = len({p.batchId for p in progresses})
     for progress in progresses:
         for phase, ms in (progress.durationMs or {}).items():
             result.durations_ms[phase] = result.durations_ms.get(phase, 0) + int(ms)

@@ -220,3 +220,60 @@ def test_update_mode_and_windows_that_follow_the_rules_load(tmp_path):
     assert hourly.merges and hourly.query_output_mode == "update"
     assert hourly.aggregate_keys == ("hour", "gt") and hourly.aggregate.window.slide == "30 minutes"
     assert not silver.merges and silver.query_output_mode == "append"  # dedup: update emits what append does
+
+
+def with_sink(table_id: str, fmt: str = "parquet", **changes):
+    """Mutation: one table of the activity spec written by a file sink (plus any field changes)."""
+    return lambda s: s["tables"][table_id].update(sink={"format": fmt}, **changes)
+
+
+def without_gate_with_sink(s):
+    s["tables"]["silver.activity"].pop("expectations")
+    with_sink("silver.activity")(s)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "message", "fix"),
+    [
+        (with_sink("gold.device_counts"), "tables.gold.device_counts.output_mode",
+         "a parquet file sink writes in append mode only", "Fix: use output_mode: append"),
+        (with_sink("gold.activity_hourly", "csv", output_mode="update", keys=["hour", "gt"]),
+         "tables.gold.activity_hourly.output_mode", "not update", "Fix: use output_mode: append"),
+        (with_sink("silver.activity", "json"), "tables.silver.activity.expectations",
+         "cannot gate a file sink", "Fix: gate the Delta table this one reads, or drop 'sink:'"),
+        (with_sink("bronze.activity"), "tables.bronze.activity.sink", "a table reading landing files splits",
+         "Fix: keep bronze.activity on Delta and add a table with 'from: bronze.activity' and this sink"),
+        (without_gate_with_sink, "tables.gold.device_counts.from",
+         "silver.activity writes parquet files, and tables read their upstream as a Delta stream",
+         "Fix: read bronze.activity instead"),
+        (with_sink("gold.device_counts", "orc"), "tables.gold.device_counts.sink.format", "unknown sink format 'orc'",
+         "Fix: use one of delta, json, csv, parquet"),
+        (lambda s: s["tables"]["gold.device_counts"].update(sink={"format": "delta", "options": {"header": "true"}}),
+         "tables.gold.device_counts.sink.options", "writer options apply to file sinks only", "Fix: remove them"),
+        (lambda s: s["tables"]["gold.device_counts"].update(sink={"fromat": "json"}),
+         "tables.gold.device_counts.sink.fromat", "unknown field 'fromat'", "did you mean 'format'?"),
+    ],
+)  # fmt: skip
+def test_file_sink_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
+    text = problems_for(tmp_path, mutate)
+    problem = next((line for line in text.splitlines() if f": {field}: " in line), "")
+    assert message in problem, text
+    assert fix in problem, text
+
+
+def test_file_sinks_in_append_mode_load_aggregates_with_a_watermark_included(tmp_path):
+    spec = copy.deepcopy(ACTIVITY)
+    spec["tables"]["gold.export"] = {"from": "silver.activity", "sink": {"format": "parquet"}}
+    spec["tables"]["gold.hourly_files"] = {
+        "from": "silver.activity", "sink": {"format": "csv", "options": {"header": "true"}},
+        "watermark": {"column": "Recorded_At", "delay": "1 hour"},
+        "aggregate": {"window": {"column": "Recorded_At", "duration": "1 hour", "as": "hour"},
+                      "measures": {"recordings": "count(*)"}},
+    }  # fmt: skip
+    spec["tables"]["gold.device_counts"]["sink"] = {"format": "delta"}  # explicit default
+    pipeline = load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")
+    export, hourly = pipeline.tables["gold.export"], pipeline.tables["gold.hourly_files"]
+    assert export.sink.format == "parquet" and export.sink.is_file and not export.sink.options
+    assert hourly.sink.options == {"header": "true"} and hourly.aggregate is not None
+    assert not pipeline.tables["gold.device_counts"].sink.is_file
+    assert not pipeline.tables["silver.activity"].sink.is_file  # no sink: Delta, as before
