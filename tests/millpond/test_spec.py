@@ -36,6 +36,13 @@ def problems_for(tmp_path: Path, mutate) -> str:
     return text
 
 
+def assert_problem(text: str, field: str, message: str, fix: str) -> None:
+    """The validator's line for `field` says what is wrong and how to fix it."""
+    problem = next((line for line in text.splitlines() if f": {field}: " in line), "")
+    assert message in problem, text
+    assert fix in problem, text
+
+
 def test_every_shipped_spec_is_valid():
     pipelines, problems = validate_all()
     assert problems == []
@@ -203,10 +210,7 @@ def windowed(**window):
     ],
 )  # fmt: skip
 def test_output_mode_and_window_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
-    text = problems_for(tmp_path, mutate)
-    problem = next((line for line in text.splitlines() if f": {field}: " in line), "")
-    assert message in problem, text
-    assert fix in problem, text
+    assert_problem(problems_for(tmp_path, mutate), field, message, fix)
 
 
 def test_update_mode_and_windows_that_follow_the_rules_load(tmp_path):
@@ -255,10 +259,7 @@ def without_gate_with_sink(s):
     ],
 )  # fmt: skip
 def test_file_sink_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
-    text = problems_for(tmp_path, mutate)
-    problem = next((line for line in text.splitlines() if f": {field}: " in line), "")
-    assert message in problem, text
-    assert fix in problem, text
+    assert_problem(problems_for(tmp_path, mutate), field, message, fix)
 
 
 def test_file_sinks_in_append_mode_load_aggregates_with_a_watermark_included(tmp_path):
