@@ -20,7 +20,15 @@ COLUMNS = (
     ("ended_at", "timestamp"), ("micro_batches", "int"), ("rows_in", "bigint"), ("rows_written", "bigint"),
     ("rows_quarantined", "bigint"), ("rows_dropped_by_watermark", "bigint"), ("state_rows", "bigint"),
     ("version_before", "bigint"), ("version_after", "bigint"), ("full_refresh", "boolean"), ("outcome", "string"),
-    ("error", "string"), ("host", "string"),
+    ("error", "string"), ("host", "string"), ("watermark", "timestamp"), ("processed_rows_per_second", "double"),
+)  # fmt: skip
+
+# `_system/query_progress`: one row per micro-batch, from Spark's StreamingQueryListener (spark_jobs/progress.py).
+PROGRESS_COLUMNS = (
+    ("run_id", "string"), ("pipeline", "string"), ("table", "string"), ("batch_id", "bigint"),
+    ("started_at", "timestamp"), ("duration_ms", "bigint"), ("input_rows", "bigint"),
+    ("input_rows_per_second", "double"), ("processed_rows_per_second", "double"), ("state_rows", "bigint"),
+    ("state_memory_bytes", "bigint"), ("rows_dropped_by_watermark", "bigint"), ("watermark", "timestamp"),
 )  # fmt: skip
 
 
@@ -33,6 +41,12 @@ def append(pipeline: str, run: RunContext, results: list[TableResult]) -> int | 
                "data_interval_start": run.data_interval_start, "data_interval_end": run.data_interval_end}  # fmt: skip
     rows = [{name: context[name] if name in context else getattr(r, name) for name, _ in COLUMNS} for r in results]
     return system_tables.append(paths.event_log_path(), COLUMNS, rows)
+
+
+def append_progress(rows: list[dict]) -> None:
+    """The run's micro-batches in one commit (none when no query ran: nothing-new runs start no JVM)."""
+    if rows:
+        system_tables.append(paths.query_progress_path(), PROGRESS_COLUMNS, rows)
 
 
 def write_run_summary(pipeline: str, run: RunContext, results: list[TableResult]) -> str:

@@ -58,6 +58,10 @@ def event_log_path(root: Path | None = None) -> Path:
     return system_path("event_log", root)
 
 
+def query_progress_path(root: Path | None = None) -> Path:
+    return system_path("query_progress", root)
+
+
 def lock_path(pipeline: str, root: Path | None = None) -> Path:
     return system_path("locks", root) / f"{pipeline}.lock"
 

@@ -18,7 +18,8 @@ def append(path: Path, columns: Sequence[tuple[str, str]], rows: list[dict[str, 
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    write_deltalake(str(path), pa.Table.from_pylist(rows, schema=arrow_schema(columns)), mode="append")
+    write_deltalake(str(path), pa.Table.from_pylist(rows, schema=arrow_schema(columns)), mode="append",
+                    schema_mode="merge")  # a column added in a later millpond version: older rows read null
     table = DeltaTable(str(path))
     if table.version() % CHECKPOINT_INTERVAL == 0:
         table.create_checkpoint()
@@ -29,5 +30,5 @@ def arrow_schema(columns: Sequence[tuple[str, str]]):
     import pyarrow as pa
 
     types = {"string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"), "int": pa.int32(),
-             "bigint": pa.int64(), "boolean": pa.bool_()}  # fmt: skip
+             "bigint": pa.int64(), "boolean": pa.bool_(), "double": pa.float64()}  # fmt: skip
     return pa.schema([(name, types[kind]) for name, kind in columns])

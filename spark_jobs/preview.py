@@ -27,7 +27,7 @@ from millpond import paths
 from millpond.delta_log import latest_version
 from millpond.spec import Pipeline, RateLimit, SpecError, Table, load_pipeline
 
-HIDDEN = ("_raw", "_new_fields")  # a landing read's raw text (quarantine material) and drift bookkeeping
+HIDDEN = ("_raw", "_new_fields", "_line_bucket")  # a landing read's raw text (quarantine material) and drift bookkeeping
 CELL = 24  # characters shown per value
 
 
@@ -130,8 +130,9 @@ class BatchPrinter:
         else:
             batch = batch.persist(StorageLevel.MEMORY_AND_DISK)  # the plan runs once (state stores commit once)
             try:
-                count = batch.count()
-                bad = batch.where(F.col("_error").isNotNull()).count() if "_error" in batch.columns and count else 0
+                has_error = "_error" in batch.columns
+                counted = batch.agg(F.count(F.lit(1)), F.count_if(F.col("_error").isNotNull()) if has_error else F.lit(0))
+                count, bad = counted.first()
                 rows = shown.take(self.rows) if count else []
             finally:
                 batch.unpersist()

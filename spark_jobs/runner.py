@@ -131,6 +131,7 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
     # Heavy imports only now: validation and lock errors above answer in well under a second.
     from pyspark.sql import SparkSession
 
+    from spark_jobs.progress import batch_rows, listening
     from spark_jobs.session import build_spark_session
     from spark_jobs.streaming import TableFailed, run_table
 
@@ -150,24 +151,25 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
     phases["spark_session"] = time.perf_counter() - started
     results: list[TableResult] = []
     failed = None
-    for table_id in tables:
-        table = pipeline.tables[table_id]
-        if failed:
-            results.append(TableResult(table_id, table.layer, datetime.now(UTC), ended_at=datetime.now(UTC),
-                                       outcome="skipped", error=f"upstream run stopped at {failed}"))  # fmt: skip
-            continue
-        try:
-            result = run_table(spark, pipeline, table, run, table_id in refresh)
-        except TableFailed as exc:
-            failed = table_id
-            result = exc.result or TableResult(table_id, table.layer, datetime.now(UTC), ended_at=datetime.now(UTC),
-                                               outcome="failed", error=str(exc))  # fmt: skip
-            gate_failed = result.outcome == "gate_failed"
-            print(f"millpond: {gate_failure_text(pipeline, result) if gate_failed else exc}", file=sys.stderr)
-        results.append(result)
-        print(format_result(result), flush=True)
+    with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
+        for table_id in tables:
+            table = pipeline.tables[table_id]
+            if failed:
+                results.append(TableResult(table_id, table.layer, datetime.now(UTC), ended_at=datetime.now(UTC),
+                                           outcome="skipped", error=f"upstream run stopped at {failed}"))  # fmt: skip
+                continue
+            try:
+                result = run_table(spark, pipeline, table, run, table_id in refresh, listener)
+            except TableFailed as exc:
+                failed = table_id
+                result = exc.result or TableResult(table_id, table.layer, datetime.now(UTC),
+                                                   ended_at=datetime.now(UTC), outcome="failed", error=str(exc))  # fmt: skip
+                gate_failed = result.outcome == "gate_failed"
+                print(f"millpond: {gate_failure_text(pipeline, result) if gate_failed else exc}", file=sys.stderr)
+            results.append(result)
+            print(format_result(result), flush=True)
     phases.update({r.table: r.seconds for r in results})
-    return record_run(pipeline, run, results, phases, args)
+    return record_run(pipeline, run, results, phases, args, batch_rows(pipeline.name, run.run_id, listener))
 
 
 def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableResult] | None:
@@ -195,13 +197,14 @@ def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableR
 
 
 def record_run(pipeline: Pipeline, run: RunContext, results: list[TableResult], phases: dict[str, float],
-               args: argparse.Namespace) -> int:  # fmt: skip
-    """Event log and run summary, then the exit code: the tables are committed (or not) already."""
+               args: argparse.Namespace, batches: list[dict] | None = None) -> int:  # fmt: skip
+    """Event log, query progress and run summary, then the exit code: the tables are committed (or not) already."""
     failed = next((r.table for r in results if r.outcome in ("failed", "gate_failed")), None)
     gate_failed = any(r.outcome == "gate_failed" for r in results)
     started = time.perf_counter()
     try:
         event_log.append(pipeline.name, run, results)
+        event_log.append_progress(batches or [])
         summary = event_log.write_run_summary(pipeline.name, run, results)
         phases["event_log"] = time.perf_counter() - started
         print("millpond: phases " + " ".join(f"{name}={seconds:.2f}s" for name, seconds in phases.items()))

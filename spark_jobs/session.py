@@ -16,8 +16,6 @@ BASE_CONF = {
     "spark.ui.showConsoleProgress": "false",
     # Delta rebuilds a table snapshot with 50 tasks by default: seconds of overhead on small local tables.
     "spark.databricks.delta.snapshotPartitions": "2",
-    # Keep every micro-batch's progress so the event log can sum rows over a whole availableNow run.
-    "spark.sql.streaming.numRecentProgressUpdates": "10000",
     # RocksDB commits a full (incremental-file) snapshot every batch, so a run loads the newest version only. The
     # default HDFS-backed store snapshots in background maintenance that a short availableNow run rarely reaches,
     # and then replays every delta since: its load time grew with history (B1, B7). A checkpoint keeps the provider

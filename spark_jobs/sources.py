@@ -23,6 +23,10 @@ SOURCE_FILE, RAW, ERROR = "_source_file", "_raw", "_error"
 # json sources only: fields of a line that the schema does not name, as a JSON object (kept in bronze under the
 # default `schema_drift: rescue`), and their names (used by the writer for `add` and `fail`, never written).
 RESCUED, NEW_FIELDS = "_rescued_data", "_new_fields"
+# json sources only: a hash bucket of the line's text. Bronze's writer collects the buckets of bad lines while it
+# writes the good ones, so its quarantine pass parses only the lines in those buckets (the filter on the raw text
+# runs before from_json), not the whole batch again (B3).
+LINE_BUCKET, LINE_BUCKETS = "_line_bucket", 65536
 _CORRUPT = "_corrupt_record"
 # The file source silently skips files whose mtime is older than maxFileAge (default 7 days) relative to the
 # newest file seen: a late file copied with its original mtime would be lost. Ten years is "never".
@@ -116,6 +120,7 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
         error.alias(ERROR),
         F.when(error.isNull() & (F.size(unknown) > 0), rescued).alias(RESCUED),
         F.when(error.isNull() & (F.size(unknown) > 0), unknown).alias(NEW_FIELDS),
+        F.pmod(F.xxhash64(value), F.lit(LINE_BUCKETS)).alias(LINE_BUCKET),
     )
 
 

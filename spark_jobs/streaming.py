@@ -29,6 +29,7 @@ from millpond.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table
 from spark_jobs import sources
 from spark_jobs.plan import plan_table
+from spark_jobs.progress import ProgressListener, watermark_of
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"  # Delta's idempotent-DML session confs (MERGE included)
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -65,8 +66,9 @@ class BatchWriter:
     """foreachBatch target: idempotent Delta writes of one table (and its quarantine) per micro-batch."""
 
     def __init__(self, spark: SparkSession, table: Table, app_id: str, run: RunContext, result: TableResult,
-                 gate=None, pipeline: Pipeline | None = None):  # fmt: skip
+                 gate=None, pipeline: Pipeline | None = None, listener: ProgressListener | None = None):  # fmt: skip
         self.spark, self.table, self.app_id, self.run, self.result = spark, table, app_id, run, result
+        self.listener = listener  # told a landing batch's true row count (Spark counts each of its two reads)
         self.path = str(paths.table_path(table.id))
         self.quarantine = str(paths.quarantine_path(table.id))
         self.gate = gate  # spark_jobs.quality.Gate for a table with an expectations suite
@@ -180,29 +182,38 @@ class BatchWriter:
         """Split parsed lines: well-formed rows to the table, the rest (raw text + reason) to its quarantine.
 
         One pass parses the files, writes the good rows and counts every row and the bad ones (`observe`); only a
-        batch that had bad lines is read a second time, for its quarantine. Caching the parsed batch instead cost
-        more than the parse itself (B3). A replayed batch whose table write Delta skips executes no plan, so it
-        is counted by a query of its own.
+        batch that had bad lines is read a second time, for its quarantine, and of a json batch only the lines
+        whose hash bucket held a bad line are parsed again. Caching the parsed batch instead cost more than the
+        parse itself (B3). A replayed batch whose table write Delta skips executes no plan, so it is counted by a
+        query of its own.
         """
         ingested_at = F.lit(datetime.now(UTC)).cast("timestamp")
         is_bad = F.col(sources.ERROR).isNotNull()
         counts = [F.count(F.lit(1)).alias("rows"), F.count_if(is_bad).alias("bad")]
+        bucketed = sources.LINE_BUCKET in batch.columns
+        if bucketed:  # at most LINE_BUCKETS distinct values: bounded however bad the batch is
+            counts.append(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("bad_buckets"))
         counted = None
         if not self.drift_needs_a_pass(batch):  # `add`/`fail` query the batch first; Observation fails after that
             counted = Observation(f"millpond-landing-{self.app_id}-{batch_id}-{uuid.uuid4().hex}")
         observed = batch.observe(counted, *counts) if counted else batch
         good = self.shape_for_drift(observed.where(~is_bad))  # fail: raises before writing
-        good_columns = [c for c in good.columns if c not in (sources.RAW, sources.ERROR)]
+        good_columns = [c for c in good.columns if c not in (sources.RAW, sources.ERROR, sources.LINE_BUCKET)]
         before = delta_version(Path(self.path))
         self.write(good.select(*good_columns, ingested_at.alias("_ingested_at")), self.path, "append", batch_id)
         if counted and delta_version(Path(self.path)) > before:
-            rows, bad_rows = counted.get["rows"], counted.get["bad"]
+            metrics = counted.get
         else:  # Delta skipped the write (a replay after a crash), so the plan did not run: count separately
-            row = batch.agg(*counts).first()
-            rows, bad_rows = row["rows"], row["bad"]
+            metrics = batch.agg(*counts).first().asDict()
+        rows, bad_rows = metrics["rows"], metrics["bad"]
         self.result.rows_in += rows
+        if self.listener is not None:
+            self.listener.rows_read[(self.table.id, batch_id)] = rows
         if bad_rows:
-            bad = batch.where(is_bad).select(
+            bad = batch
+            if bucketed and len(metrics["bad_buckets"]) <= sources.LINE_BUCKETS // 4:
+                bad = batch.where(F.col(sources.LINE_BUCKET).isin(metrics["bad_buckets"]))
+            bad = bad.where(is_bad).select(
                 F.col(sources.RAW).alias("raw"),
                 F.col(sources.SOURCE_FILE).alias("source_file"),
                 F.col(sources.ERROR).alias("reason"),
@@ -234,7 +245,8 @@ class BatchWriter:
             raise
 
 
-def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext, result: TableResult):
+def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext, result: TableResult,
+                listener: ProgressListener):  # fmt: skip
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     app_id = f"millpond:{checkpoint_query_id(checkpoint)}"
     df = plan_table(sources.read_table_source(spark, pipeline, table), table)
@@ -249,7 +261,7 @@ def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunC
         writer = writer.option("path", str(paths.table_path(table.id)))
     else:
         writer = writer.foreachBatch(BatchWriter(spark, table, app_id, run, result,
-                                                 gate_for(spark, pipeline, table, run), pipeline))  # fmt: skip
+                                                 gate_for(spark, pipeline, table, run), pipeline, listener))  # fmt: skip
     if table.trigger.kind == "availableNow":
         writer = writer.trigger(availableNow=True)
     elif table.trigger.kind == "once":
@@ -270,8 +282,12 @@ def gate_for(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCont
     return Gate(spark, pipeline.name, table, run.run_id, quarantine_failures=table.id in run.quarantine_failures)
 
 
-def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext, full_refresh: bool) -> TableResult:
-    """Drain what is new for one table, then record what happened; raises TableFailed naming the table."""
+def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunContext, full_refresh: bool,
+              listener: ProgressListener) -> TableResult:  # fmt: skip
+    """Drain what is new for one table, then record what happened; raises TableFailed naming the table.
+
+    `listener` is registered on the session (progress.listening) before the query starts: it has every batch.
+    """
     path, quarantine = paths.table_path(table.id), paths.quarantine_path(table.id)
     result = TableResult(table.id, table.layer, datetime.now(UTC), full_refresh=full_refresh)
     result.version_before, quarantine_before = file_sink_log.table_version(table), delta_version(quarantine)
@@ -283,13 +299,13 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
         if previous is not None:  # the query would find nothing: skip its start (seconds per table, B5)
             result.input_unchanged, result.state_rows = True, int(previous.get("state_rows", 0))
         else:
-            query = start_query(spark, pipeline, table, run, result)
+            query = start_query(spark, pipeline, table, run, result, listener)
             if table.trigger.kind == "processingTime":
                 query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
                 query.stop()
             query.awaitTermination()
             inject_fault(table.id, "after_query")  # every batch committed; millpond's own records not yet
-            collect_progress(query, table, result)
+            collect_progress(listener.progress_of(query), table, result)
             checkpoints.record_shape(pipeline, table)
             checkpoints.record_input(pipeline, table, fingerprint, result.state_rows)
     except CapturedException as exc:
@@ -327,8 +343,8 @@ def gate_message(table: Table, result: TableResult) -> str:
             f"(index {gate.get('index_path')}). {table.id} and its downstream tables are unchanged")  # fmt: skip
 
 
-def collect_progress(query, table: Table, result: TableResult) -> None:
-    progresses = query.recentProgress
+def collect_progress(progresses: list, table: Table, result: TableResult) -> None:
+    """Fold the run's batches into the table's result (a landing table's writer counted its own rows)."""
     if not table.reads_landing:
         result.rows_in = sum(p.numInputRows for p in progresses)
     if table.sink.is_file:  # no foreachBatch to count them
@@ -340,6 +356,10 @@ def collect_progress(query, table: Table, result: TableResult) -> None:
             result.rows_dropped_by_watermark += state.numRowsDroppedByWatermark
     if progresses and progresses[-1].stateOperators:
         result.state_rows = sum(s.numRowsTotal for s in progresses[-1].stateOperators)
+    if progresses:
+        result.watermark = watermark_of(progresses[-1])
+        seconds = sum(p.batchDuration for p in progresses) / 1000
+        result.processed_rows_per_second = round(result.rows_in / seconds, 1) if seconds > 0 else None
 
 
 STORAGE_ERRORS = {

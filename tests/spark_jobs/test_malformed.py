@@ -147,6 +147,26 @@ def test_python_and_spark_disagree_on_lines(spark, tmp_path):
     assert python_lines == ['{"a": "x', 'y"}', "A", "B", "C", "D", "E", "F\x00G"]
 
 
+def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, tmp_path):
+    """Why bronze's second read is cheap: the bucket filter on the raw text runs below from_json, in the scan."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from spark_jobs import sources
+
+    path = tmp_path / "lines.json"
+    path.write_text('{"Device": "a", "Index": 1}\nnot json\n{"Device": "b", "Index": "two"}\n{"Device": "c"}\n')
+    text = spark.read.text(str(path)).select("value", F.col("_metadata.file_path").alias(sources.SOURCE_FILE))
+    parsed = sources.parse_json_lines(text, StructType.fromDDL("Device STRING, Index BIGINT"))
+    is_bad = F.col(sources.ERROR).isNotNull()
+    buckets = parsed.agg(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET)))).first()[0]
+    assert len(buckets) == 2  # "not json" and the string Index
+    bad = parsed.where(F.col(sources.LINE_BUCKET).isin(buckets)).where(is_bad)
+    assert sorted(r[sources.RAW] for r in bad.collect()) == sorted(r[sources.RAW] for r in parsed.where(is_bad).collect())
+    scan = next(line for line in bad._jdf.queryExecution().executedPlan().toString().splitlines() if "FileScan" in line)
+    assert "xxhash64(value" in scan.split("DataFilters:")[1].split("], ")[0]
+
+
 CSV_SPEC = {
     "pipeline": "readings",
     "schedule": "@daily",
