@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 JARS := .cache/jars
+KAFKA_BROKER := .cache/kafka-broker
 export MILLPOND_LAKE ?= $(CURDIR)/lake
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
@@ -15,7 +16,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
 PIPELINE ?= activity
 
-.PHONY: setup venv jars browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
+.PHONY: setup venv jars kafka-broker browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
 help:
 	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make test   set up, then run every test (unit + integration, kill tests included)"
@@ -42,6 +43,17 @@ $(JARS)/.fetched: build/jars.pom.xml
 	@command -v mvn >/dev/null || { echo "error: mvn not found; it fetches the Delta jars from Maven Central. Fix: apt-get install maven"; exit 1; }
 	mvn --batch-mode --quiet -f build/jars.pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DexcludeTransitive=true
+	touch $@
+
+# A Kafka broker for the tests (KRaft, started and stopped by tests/kafka_broker.py): the kafka_2.13 jars and their
+# transitive deps, kept apart from Spark's classpath.
+kafka-broker: $(KAFKA_BROKER)/.fetched
+$(KAFKA_BROKER)/.fetched: build/kafka-broker.pom.xml
+	@command -v java >/dev/null || { echo "error: java not found. Fix: install OpenJDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: mvn not found; it fetches the Kafka broker jars from Maven Central. Fix: apt-get install maven"; exit 1; }
+	rm -rf $(KAFKA_BROKER)
+	mvn --batch-mode --quiet -f build/kafka-broker.pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/$(KAFKA_BROKER) -DincludeScope=runtime
 	touch $@
 
 validate: setup
@@ -92,7 +104,7 @@ browser:
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }; }
 
-test: setup browser
+test: setup browser kafka-broker
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: setup

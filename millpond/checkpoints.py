@@ -109,6 +109,8 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
 
     Taken before the query starts, so a file landing while it runs makes the next fingerprint differ.
     """
+    if table.reads_kafka:
+        return "kafka"  # no listing to take without a Kafka client: `nothing_new` never skips such a table
     if table.reads_landing:
         state: list = sorted(_landed_files(paths.landing_path(pipeline.sources[table.source].path)))
     else:
@@ -125,7 +127,11 @@ def nothing_new(pipeline: Pipeline, table: Table, fingerprint: str) -> dict | No
     Then a run would only start a query that finds nothing: Spark's file source and Delta source would read the
     same listing or version, and an event-time query has no watermark left to advance (its last run ran the
     no-data batch). Callers skip the query; a killed or gate-stopped run recorded nothing, so it is replayed.
+    A table reading Kafka always runs its query: only the broker knows whether a topic has new messages, and asking
+    it takes a Kafka client, which is the JVM this check exists to avoid (README "Kafka").
     """
+    if table.reads_kafka:
+        return None
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     try:
         recorded = json.loads((checkpoint / INPUT_FILE).read_text())

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,7 +28,12 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser:
 
 LAYERS = ("bronze", "silver", "gold")
 FILE_FORMATS = ("json", "csv", "parquet")
-SINK_FORMATS = ("delta", *FILE_FORMATS)  # delta: the default (foreachBatch writer); the rest: Spark's file sink
+KAFKA = "kafka"  # a source or sink format; Kafka sources are referenced as `kafka.<source name>`
+SOURCE_FORMATS = (*FILE_FORMATS, KAFKA)
+# delta: the default (foreachBatch writer); json/csv/parquet: Spark's file sink; kafka: messages to a topic
+SINK_FORMATS = ("delta", *FILE_FORMATS, KAFKA)
+KAFKA_VALUE_FORMATS = ("json",)
+DEFAULT_KAFKA_VALUE = "to_json(struct(*))"  # a Kafka sink's message value: the whole row as JSON
 OUTPUT_MODES = ("append", "complete", "update")
 TRIGGERS = ("availableNow", "once", "processingTime")
 SCHEMA_DRIFT = ("rescue", "add", "fail")  # what a json source does with fields its schema does not name
@@ -40,6 +47,20 @@ _DURATION = re.compile(r"^\d+\s+(second|minute|hour|day|week)s?$")
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 _BYTES = re.compile(r"^\d+\s*[kmgt]?b?$", re.IGNORECASE)
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
+_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")  # `${NAME}`: an environment variable, read at run time
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):\d{1,5}$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's own rule for topic names
+# Kafka client settings a spec sets through its own fields (or that Spark's Kafka source and sink refuse).
+_MANAGED_KAFKA_OPTIONS = {
+    "kafka.bootstrap.servers": "set bootstrap_servers instead",
+    "kafka.auto.offset.reset": "set starting_offsets instead",
+    "kafka.enable.auto.commit": "remove it: offsets live in the checkpoint, never in Kafka",
+    "kafka.key.deserializer": "remove it: keys and values are read as bytes",
+    "kafka.value.deserializer": "remove it: keys and values are read as bytes",
+    "kafka.key.serializer": "remove it: set the sink's key expression",
+    "kafka.value.serializer": "remove it: set the sink's value expression",
+    "kafka.interceptor.classes": "remove it (Spark refuses consumer interceptors)",
+}
 _DDL_TYPES = (
     "string", "varchar", "char", "boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint",
     "long", "float", "double", "real", "decimal", "numeric", "date", "timestamp", "timestamp_ntz", "timestamp_ltz",
@@ -65,6 +86,7 @@ class Trigger:
 class RateLimit:
     max_files_per_trigger: int | None = None
     max_bytes_per_trigger: str | None = None
+    max_offsets_per_trigger: int | None = None  # Kafka sources only
 
     def reader_options(self) -> dict[str, str]:
         options = {}
@@ -72,6 +94,8 @@ class RateLimit:
             options["maxFilesPerTrigger"] = str(self.max_files_per_trigger)
         if self.max_bytes_per_trigger:
             options["maxBytesPerTrigger"] = self.max_bytes_per_trigger
+        if self.max_offsets_per_trigger:
+            options["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         return options
 
 
@@ -92,6 +116,33 @@ class FileSource:
     @property
     def id(self) -> str:
         return f"{LANDING}.{self.name}"
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """Topics of a Kafka cluster, read by Spark's Kafka source: the offsets read live in the table's checkpoint.
+
+    Values are JSON, parsed against `schema` like landing lines (malformed ones to the quarantine). The checkpoint,
+    not a consumer group, records what was read, so `starting_offsets` only applies to a new checkpoint.
+    """
+
+    name: str
+    bootstrap_servers: str  # host:port[,host:port], or `${ENV_VAR}` resolved when the run starts
+    topics: tuple[str, ...]
+    schema: str  # Spark DDL of the JSON message value
+    starting_offsets: str = "earliest"  # earliest | latest | JSON {"topic": {"partition": offset}}
+    value_format: str = "json"
+    options: Mapping[str, str] = field(default_factory=dict)  # Kafka client settings, each `kafka.<setting>`
+    rate_limit: RateLimit = RateLimit()  # max_offsets_per_trigger
+    schema_drift: str = "rescue"
+    format: str = KAFKA
+
+    @property
+    def id(self) -> str:
+        return f"{KAFKA}.{self.name}"
+
+
+Source = FileSource | KafkaSource
 
 
 @dataclass(frozen=True)
@@ -133,10 +184,23 @@ class Sink:
 
     format: str = "delta"
     options: Mapping[str, str] = field(default_factory=dict)  # writer options, e.g. {header: 'true'} for csv
+    # kafka only. At least once: a batch replayed after a crash is sent again (README "Kafka").
+    topic: str | None = None
+    bootstrap_servers: str | None = None  # host:port list or `${ENV_VAR}`, as for a Kafka source
+    key: str | None = None  # Spark SQL expression over the row; no key when None
+    value: str = DEFAULT_KAFKA_VALUE
 
     @property
     def is_file(self) -> bool:
-        return self.format != "delta"
+        return self.format in FILE_FORMATS
+
+    @property
+    def is_kafka(self) -> bool:
+        return self.format == KAFKA
+
+    @property
+    def is_delta(self) -> bool:
+        return self.format == "delta"
 
 
 @dataclass(frozen=True)
@@ -164,6 +228,15 @@ class Table:
     @property
     def reads_landing(self) -> bool:
         return self.source.startswith(LANDING + ".")
+
+    @property
+    def reads_kafka(self) -> bool:
+        return self.source.startswith(KAFKA + ".")
+
+    @property
+    def reads_source(self) -> bool:
+        """A bronze table ingesting a source (landing files or Kafka topics): parsed, bad records quarantined."""
+        return self.reads_landing or self.reads_kafka
 
     @property
     def is_stateful(self) -> bool:
@@ -200,7 +273,7 @@ class Pipeline:
     tags: tuple[str, ...] = ()
     owner: str = "millpond"
     shuffle_partitions: int = 2
-    sources: Mapping[str, FileSource] = field(default_factory=dict)  # by source id (landing.<name>)
+    sources: Mapping[str, Source] = field(default_factory=dict)  # by source id (landing.<name>, kafka.<name>)
     tables: Mapping[str, Table] = field(default_factory=dict)  # by table id, in dependency order
 
     def table(self, table_id: str) -> Table:
@@ -296,7 +369,8 @@ class _Loader:
         raw_sources = top.get("sources") or {}
         if isinstance(raw_sources, dict):
             for source_name, raw_source in raw_sources.items():
-                source = self.file_source(str(source_name), raw_source)
+                is_kafka = isinstance(raw_source, dict) and raw_source.get("format") == KAFKA
+                source = (self.kafka_source if is_kafka else self.file_source)(str(source_name), raw_source)
                 if source:
                     sources[source.id] = source
         else:
@@ -365,7 +439,7 @@ class _Loader:
             self.problem(where, f"{name!r} is not a valid source name", "use lower_snake_case")
         fmt = str(spec.get("format", ""))
         if spec and fmt not in FILE_FORMATS:
-            self.problem(f"{where}.format", f"unknown format {fmt!r}", f"use one of {', '.join(FILE_FORMATS)}")
+            self.problem(f"{where}.format", f"unknown format {fmt!r}", f"use one of {', '.join(SOURCE_FORMATS)}")
         schema = spec.get("schema")
         if spec and not schema:
             self.problem(f"{where}.schema", "a file source needs a schema (inferring one per run drifts silently)",
@@ -386,6 +460,101 @@ class _Loader:
             options={str(k): str(v) for k, v in options.items()},
             rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit")), schema_drift=drift,
         )  # fmt: skip
+
+    def kafka_source(self, name: str, raw: Any) -> KafkaSource | None:
+        where = f"sources.{name}"
+        spec = self.fields(where, raw, {
+            "format": True, "bootstrap_servers": True, "subscribe": True, "schema": False, "value_format": False,
+            "starting_offsets": False, "options": False, "rate_limit": False, "schema_drift": False,
+        })  # fmt: skip
+        if not _NAME.match(name):
+            self.problem(where, f"{name!r} is not a valid source name", "use lower_snake_case")
+        if not spec:
+            return None
+        schema = spec.get("schema")
+        if not schema:
+            self.problem(f"{where}.schema", "a kafka source needs the schema of its JSON message values (inferring "
+                         "one per run drifts silently)", "add 'schema:' with Spark DDL, e.g. 'device STRING, "
+                         "ts TIMESTAMP'")  # fmt: skip
+        else:
+            self.ddl(f"{where}.schema", str(schema))
+        value_format = str(spec.get("value_format", "json"))
+        if value_format not in KAFKA_VALUE_FORMATS:
+            self.problem(f"{where}.value_format", f"unknown value format {value_format!r}",
+                         "use json (one JSON object per message value; avro and protobuf are not supported yet)")  # fmt: skip
+        topics = self.topics(f"{where}.subscribe", spec.get("subscribe"))
+        return KafkaSource(
+            name=name,
+            bootstrap_servers=self.bootstrap_servers(f"{where}.bootstrap_servers", spec.get("bootstrap_servers")),
+            topics=topics,
+            schema=str(schema or ""),
+            starting_offsets=self.starting_offsets(f"{where}.starting_offsets", spec.get("starting_offsets"), topics),
+            value_format=value_format,
+            options=self.kafka_options(f"{where}.options", spec.get("options")),
+            rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit"), kafka=True),
+            schema_drift=self.schema_drift(f"{where}.schema_drift", "json", spec.get("schema_drift")),
+        )
+
+    def bootstrap_servers(self, where: str, raw: Any) -> str:
+        """`host:port[,host:port]`, or `${NAME}`: the value of an environment variable when the run starts."""
+        text = str(raw or "").strip()
+        if raw is None or _ENV_REF.match(text):
+            return text
+        if not all(_HOST_PORT.match(server.strip()) for server in text.split(",")):
+            self.problem(where, f"{raw!r} is neither host:port[,host:port...] nor ${{ENV_VAR}}",
+                         "write e.g. ${MILLPOND_KAFKA_BOOTSTRAP} (quoted inside {...}), read when the run starts, or "
+                         "broker1:9092,broker2:9092")  # fmt: skip
+        return text
+
+    def topics(self, where: str, raw: Any) -> tuple[str, ...]:
+        names = [raw] if isinstance(raw, str) else raw
+        if not isinstance(names, list) or not names or not all(isinstance(t, str) and _TOPIC.match(t) for t in names):
+            self.problem(where, f"{raw!r} is not a list of topic names (letters, digits, '.', '_', '-')",
+                         "write e.g. subscribe: [device_events] (several topics: a YAML list, not 'a,b')")  # fmt: skip
+            return ()
+        return tuple(names)
+
+    def starting_offsets(self, where: str, raw: Any, topics: tuple[str, ...]) -> str:
+        """earliest (default: a bronze table wants every retained message), latest, or offsets per partition."""
+        if raw is None:
+            return "earliest"
+        if raw in ("earliest", "latest"):
+            return str(raw)
+        fix = ("use earliest, latest, or {<topic>: {<partition>: <offset>}} (offset -2 = earliest, -1 = latest) for "
+               "subscribed topics")  # fmt: skip
+        if not isinstance(raw, dict) or not raw:
+            self.problem(where, f"{raw!r} is not a starting position", fix)
+            return "earliest"
+        offsets: dict[str, dict[str, int]] = {}
+        for topic, partitions in raw.items():
+            if topic not in topics:
+                self.problem(f"{where}.{topic}", "not a subscribed topic", f"{fix}; subscribed: {', '.join(topics)}")
+                continue
+            good = isinstance(partitions, dict) and partitions and all(
+                str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= -2
+                for p, o in partitions.items())  # fmt: skip
+            if not good:
+                self.problem(f"{where}.{topic}", f"{partitions!r} is not {{partition: offset}}", fix)
+                continue
+            offsets[str(topic)] = {str(p): o for p, o in partitions.items()}
+        return json.dumps(offsets, sort_keys=True)
+
+    def kafka_options(self, where: str, raw: Any) -> dict[str, str]:
+        """Kafka client settings (security, timeouts): each `kafka.<setting>`; what the spec manages is refused."""
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.problem(where, "expected a mapping of Kafka client settings", "e.g. options: {kafka.security.protocol: "
+                         "SASL_SSL}")  # fmt: skip
+            return {}
+        for key in raw:
+            if str(key) in _MANAGED_KAFKA_OPTIONS:
+                self.problem(f"{where}.{key}", "millpond sets this itself", _MANAGED_KAFKA_OPTIONS[str(key)])
+            elif not str(key).startswith("kafka."):
+                self.problem(f"{where}.{key}", "not a Kafka client setting",
+                             f"prefix Kafka client settings with 'kafka.' (kafka.{key}); topics, offsets and rate "
+                             "limits have their own fields")  # fmt: skip
+        return {str(k): str(v) for k, v in raw.items()}
 
     def schema_drift(self, where: str, fmt: str, raw: Any) -> str:
         if raw is None:
@@ -424,9 +593,15 @@ class _Loader:
             if len(parts) != 2 or base.split()[0] not in _DDL_TYPES:
                 self.problem(where, f"{column!r} is not 'name TYPE'", "write Spark DDL, e.g. 'Device STRING, x DOUBLE'")
 
-    def rate_limit(self, where: str, raw: Any) -> RateLimit:
+    def rate_limit(self, where: str, raw: Any, kafka: bool = False) -> RateLimit:
         if raw is None:
             return RateLimit()
+        if kafka:
+            spec = self.fields(where, raw, {"max_offsets_per_trigger": False})
+            offsets = spec.get("max_offsets_per_trigger")
+            if offsets is not None:
+                self.count(f"{where}.max_offsets_per_trigger", offsets, minimum=1)
+            return RateLimit(max_offsets_per_trigger=offsets if isinstance(offsets, int) else None)
         spec = self.fields(where, raw, {"max_files_per_trigger": False, "max_bytes_per_trigger": False})
         files = spec.get("max_files_per_trigger")
         if files is not None:
@@ -476,6 +651,8 @@ class _Loader:
         self.streaming_rules(where, table)
         if table.sink.is_file:
             self.file_sink_rules(where, table)
+        if table.sink.is_kafka:
+            self.kafka_sink_rules(where, table)
         if table.expectations:
             self.suite_rules(where, table)
         return table
@@ -483,6 +660,8 @@ class _Loader:
     def sink(self, where: str, raw: Any) -> Sink:
         if raw is None:
             return Sink()
+        if isinstance(raw, dict) and raw.get("format") == KAFKA:
+            return self.kafka_sink(where, raw)
         spec = self.fields(where, raw, {"format": True, "options": False})
         fmt = str(spec.get("format", "delta"))
         if spec and fmt not in SINK_FORMATS:
@@ -497,6 +676,42 @@ class _Loader:
                          "remove them, or set sink.format to parquet, json or csv")  # fmt: skip
         return Sink(fmt, {str(k): str(v) for k, v in options.items()})
 
+    def kafka_sink(self, where: str, raw: dict) -> Sink:
+        spec = self.fields(where, raw, {"format": True, "topic": True, "bootstrap_servers": True, "key": False,
+                                        "value": False, "options": False})  # fmt: skip
+        topic = spec.get("topic")
+        if topic is not None and not (isinstance(topic, str) and _TOPIC.match(topic)):
+            self.problem(f"{where}.topic", f"{topic!r} is not a topic name (letters, digits, '.', '_', '-')",
+                         "write e.g. topic: device_alerts")  # fmt: skip
+        expressions = {}
+        for name in ("key", "value"):
+            value = spec.get(name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                self.problem(f"{where}.{name}", f"{value!r} is not a Spark SQL expression",
+                             f"write e.g. {name}: {'device' if name == 'key' else DEFAULT_KAFKA_VALUE}")  # fmt: skip
+                value = None
+            expressions[name] = value
+        return Sink(
+            KAFKA, self.kafka_options(f"{where}.options", spec.get("options")), topic=str(topic or ""),
+            bootstrap_servers=self.bootstrap_servers(f"{where}.bootstrap_servers", spec.get("bootstrap_servers")),
+            key=expressions["key"], value=expressions["value"] or DEFAULT_KAFKA_VALUE,
+        )  # fmt: skip
+
+    def kafka_sink_rules(self, where: str, table: Table) -> None:
+        """What a Kafka topic can take: appended messages, sent at least once, from a table reading Delta."""
+        if table.output_mode == "complete":
+            self.problem(f"{where}.output_mode", "a Kafka sink appends messages, and complete mode would send the "
+                         "whole result again every batch", "use output_mode: update (each changed row is sent once "
+                         "per batch) or append")  # fmt: skip
+        if table.expectations:
+            self.problem(f"{where}.expectations", "the quality gate writes passing rows and set-aside rows to Delta "
+                         "(write-audit-publish), so it cannot gate a Kafka sink",
+                         "gate the Delta table this one reads, or drop 'sink:'")  # fmt: skip
+        if table.reads_source:
+            self.problem(f"{where}.sink", "a table reading a source splits each batch into the table and its Delta "
+                         "quarantine, which a Kafka sink cannot do",
+                         f"keep {table.id} on Delta and add a table with 'from: {table.id}' and this sink")  # fmt: skip
+
     def file_sink_rules(self, where: str, table: Table) -> None:
         """What Spark's file sink cannot do, or what millpond's Delta-only machinery around a table needs."""
         fmt = table.sink.format
@@ -509,9 +724,9 @@ class _Loader:
             self.problem(f"{where}.expectations", "the quality gate writes passing rows and set-aside rows to Delta "
                          "(write-audit-publish), so it cannot gate a file sink",
                          "gate the Delta table this one reads, or drop 'sink:'")  # fmt: skip
-        if table.reads_landing:
-            self.problem(f"{where}.sink", "a table reading landing files splits each batch into the table and its "
-                         "Delta quarantine, which a file sink cannot do",
+        if table.reads_source:
+            self.problem(f"{where}.sink", f"a table reading {'landing files' if table.reads_landing else 'Kafka'} "
+                         "splits each batch into the table and its Delta quarantine, which a file sink cannot do",
                          f"keep {table.id} on Delta and add a table with 'from: {table.id}' and this sink")  # fmt: skip
 
     def suite_rules(self, where: str, table: Table) -> None:
@@ -522,8 +737,8 @@ class _Loader:
         if table.expectations != expected:
             self.problem(f"{where}.expectations", f"suite {table.expectations!r} breaks the naming scheme",
                          f"name it {expected!r} (expectations/{expected}.json)")  # fmt: skip
-        if table.reads_landing:
-            self.problem(f"{where}.expectations", "a table reading landing files cannot be gated",
+        if table.reads_source:
+            self.problem(f"{where}.expectations", "a table reading landing files or Kafka cannot be gated",
                          "put the suite on the table that reads it")  # fmt: skip
         self.problems.extend(check_suite(str(table.expectations)))
 
@@ -634,11 +849,12 @@ class _Loader:
             self.problem(f"{where}.transform.sql", "ORDER BY on a stream is not supported (nor window functions)",
                          "remove ORDER BY; sort when you read the table, or use order_by after a complete-mode "
                          "aggregation")  # fmt: skip
-        if table.reads_landing and table.is_stateful:
-            self.problem(where, "a table reading landing files ingests them as they are (with quarantine)",
+        if table.reads_source and table.is_stateful:
+            self.problem(where, "a table reading landing files or Kafka ingests them as they are (with quarantine)",
                          "deduplicate or aggregate in a downstream table that reads this one")  # fmt: skip
-        if table.reads_landing and table.layer != "bronze":
-            self.problem(f"{where}.from", "only bronze tables read landing files", "read landing in a bronze table")
+        if table.reads_source and table.layer != "bronze":
+            self.problem(f"{where}.from", "only bronze tables read landing files or Kafka",
+                         "read the source in a bronze table")  # fmt: skip
 
     def update_rules(self, where: str, table: Table) -> None:
         """Update mode MERGEs each batch on the table's keys: they must identify exactly one aggregate row."""
@@ -668,7 +884,7 @@ class _Loader:
                          f"{window.duration!r}: rows between two windows would belong to none",
                          "use a slide no longer than the duration (slide = duration, or no slide, is tumbling)")  # fmt: skip
 
-    def dependency_order(self, sources: dict[str, FileSource], tables: dict[str, Table]) -> dict[str, Table]:
+    def dependency_order(self, sources: dict[str, Source], tables: dict[str, Table]) -> dict[str, Table]:
         for table in tables.values():
             known = table.source in sources or table.source in tables
             if table.source and not known:
@@ -678,11 +894,12 @@ class _Loader:
             if table.source == table.id:
                 self.problem(f"tables.{table.id}.from", "a table cannot read itself", "read an upstream table")
             upstream = tables.get(table.source)
-            if upstream is not None and upstream.sink.is_file and upstream is not table:
-                self.problem(f"tables.{table.id}.from", f"{table.source} writes {upstream.sink.format} files, and "
-                             "tables read their upstream as a Delta stream",
-                             f"read {upstream.source} instead (the table {table.source} reads), or drop "
-                             f"{table.source}'s 'sink:'")  # fmt: skip
+            if upstream is not None and not upstream.sink.is_delta and upstream is not table:
+                what = (f"sends its rows to Kafka topic {upstream.sink.topic}" if upstream.sink.is_kafka else
+                        f"writes {upstream.sink.format} files")  # fmt: skip
+                self.problem(f"tables.{table.id}.from", f"{table.source} {what}, and tables read their upstream as a "
+                             "Delta stream", f"read {upstream.source} instead (the table {table.source} reads), or "
+                             f"drop {table.source}'s 'sink:'")  # fmt: skip
         ordered: dict[str, Table] = {}
         visiting: list[str] = []
 
@@ -701,6 +918,41 @@ class _Loader:
         for table_id in tables:
             visit(table_id)
         return ordered
+
+
+def resolve_setting(text: str) -> str:
+    """A spec value with `${NAME}` replaced by the environment variable (checked by `environment_problems`)."""
+    match = _ENV_REF.match(text.strip())
+    return os.environ.get(match.group(1), "").strip() if match else text
+
+
+def environment_problems(pipeline: Pipeline, table_ids: list[str]) -> list[str]:
+    """`${NAME}` settings the selected tables need, checked when a run starts (before Spark, before the lock).
+
+    Not at load time: Airflow parses the spec where the broker's address may not be set, and a spec must not hard-code
+    where a cluster lives.
+    """
+    settings = []
+    for table_id in table_ids:
+        table = pipeline.tables[table_id]
+        source = pipeline.sources.get(table.source)
+        if isinstance(source, KafkaSource):
+            settings.append((f"sources.{source.name}.bootstrap_servers", source.bootstrap_servers))
+        if table.sink.is_kafka:
+            settings.append((f"tables.{table.id}.sink.bootstrap_servers", table.sink.bootstrap_servers or ""))
+    problems = []
+    for where, text in dict(settings).items():
+        match = _ENV_REF.match(text)
+        if not match:
+            continue
+        value = resolve_setting(text)
+        if not value:
+            problems.append(f"{pipeline.spec_path}: {where}: environment variable {match.group(1)} is not set. Fix: "
+                            f"export {match.group(1)}=host:port[,host:port] where the run starts")  # fmt: skip
+        elif not all(_HOST_PORT.match(server.strip()) for server in value.split(",")):
+            problems.append(f"{pipeline.spec_path}: {where}: environment variable {match.group(1)}={value!r} is not "
+                            f"host:port[,host:port]. Fix: export {match.group(1)}=broker1:9092,broker2:9092")  # fmt: skip
+    return problems
 
 
 def duration_seconds(text: str | None) -> int | None:

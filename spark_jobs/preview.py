@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def missing_input(pipeline: Pipeline, table: Table) -> str | None:
     """Why there is nothing to preview yet, with the fix; None when the source exists."""
+    if table.reads_kafka:
+        return (f"{table.id} reads Kafka ({table.source}), which preview does not read yet. Fix: millpond run "
+                f"{pipeline.name} --tables {table.id}, then preview a table that reads {table.id}")  # fmt: skip
     if table.reads_landing:
         folder = paths.landing_path(pipeline.sources[table.source].path)
         if not folder.is_dir():

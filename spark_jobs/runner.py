@@ -19,7 +19,7 @@ from pathlib import Path
 from millpond import checkpoints, event_log, file_sink_log, paths
 from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.run_record import RunContext, TableResult
-from millpond.spec import LAYERS, Pipeline, SpecError, load_pipeline
+from millpond.spec import LAYERS, Pipeline, SpecError, environment_problems, load_pipeline
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     try:
         pipeline = load_pipeline(args.pipeline)
         tables, refresh = select_tables(pipeline, args)
+        unset = environment_problems(pipeline, tables)  # `${KAFKA_BOOTSTRAP}`-style settings
+        if unset:
+            raise SpecError(unset)
     except SpecError as exc:
         print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ What one landed record is, so that bronze rows + quarantined rows == records:
   `\\x1c`-`\\x1e`, `\\x85`, `\\u2028`, `\\u2029` do NOT end a line, unlike Python's `str.splitlines`), except blank
   lines (empty, or only spaces and tabs), which are skipped. An empty file holds no record.
 - csv: a data line after the header (the CSV reader skips blank lines). parquet: a row.
+- kafka: a message whose value is not null and not blank; its value is parsed like a json line.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from millpond import paths
-from millpond.spec import FileSource, Pipeline, Table
+from millpond.spec import FileSource, KafkaSource, Pipeline, Table, resolve_setting
 
 # Columns a landing read adds next to the source's schema. `_error` is null for a well-formed line.
 SOURCE_FILE, RAW, ERROR = "_source_file", "_raw", "_error"
@@ -38,11 +39,15 @@ MAX_LINE_BYTES = 1024 * 1024
 RAW_KEEP_CHARS = 64 * 1024
 # New json fields that can become bronze columns under `schema_drift: add`; any other name is rescued instead.
 ADDABLE_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # `_name` is millpond's (`_ingested_at`, ...)
+# Where each message of a Kafka source came from, kept in bronze next to the value's fields.
+KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 
 
 def read_table_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> DataFrame:
     if table.reads_landing:
         return read_landing(spark, pipeline.sources[table.source])
+    if table.reads_kafka:
+        return read_kafka(spark, pipeline.sources[table.source])
     reader = spark.readStream.format("delta").options(**table.rate_limit.reader_options())
     return reader.load(str(paths.table_path(table.source)))
 
@@ -83,11 +88,41 @@ def read_landing(spark: SparkSession, source: FileSource) -> DataFrame:
     )  # fmt: skip
 
 
-def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, str] | None = None) -> DataFrame:
+def read_kafka(spark: SparkSession, source: KafkaSource) -> DataFrame:
+    """New messages of the subscribed topics, parsed like landing json lines, with where each came from.
+
+    Spark's Kafka source logs each micro-batch's offset range in the checkpoint before the batch runs, so a replay
+    reads the same messages (while Kafka retains them: a gap fails the query, Spark's `failOnDataLoss`).
+    `_source_file` is `kafka:<topic>/<partition>/<offset>`, the message's address, for the quarantine's
+    `source_file`; bronze keeps the `_kafka_*` columns instead.
+    """
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", resolve_setting(source.bootstrap_servers))
+        .option("subscribe", ",".join(source.topics))
+        .option("startingOffsets", source.starting_offsets)
+        .options(**source.rate_limit.reader_options(), **source.options)
+    )  # fmt: skip
+    messages = reader.load().select(
+        F.col("value").cast("string").alias("value"),
+        F.concat_ws("/", F.concat(F.lit("kafka:"), F.col("topic")), F.col("partition"), F.col("offset"))
+        .alias(SOURCE_FILE),
+        F.col("topic").alias("_kafka_topic"),
+        F.col("partition").alias("_kafka_partition"),
+        F.col("offset").alias("_kafka_offset"),
+        F.col("timestamp").alias("_kafka_timestamp"),
+        F.col("key").cast("string").alias("_kafka_key"),
+    )
+    return parse_json_lines(messages, StructType.fromDDL(source.schema), carry=KAFKA_COLUMNS)
+
+
+def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, str] | None = None,
+                     carry: tuple[str, ...] = ()) -> DataFrame:  # fmt: skip
     """Parse NDJSON rows (`value`, `_source_file`) against the schema; blank lines dropped, bad ones get a reason.
 
     A line is parsed only if it is valid UTF-8 and at most MAX_LINE_BYTES long; otherwise it is quarantined with
     that reason. Fields the schema does not name end up in `_rescued_data` (JSON) and `_new_fields` (names).
+    `carry` names further columns of `lines` kept as they are (a Kafka message's topic, partition, offset, ...).
     """
     value = F.col("value")
     readable = (F.octet_length(value) <= MAX_LINE_BYTES) & F.is_valid_utf8(value)
@@ -97,11 +132,12 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
     text = F.col("text")
     parsed = (
         lines.where(F.btrim(value, F.lit(" \t")) != "")
-        .select(value, F.col(SOURCE_FILE), F.when(readable, value).alias("text"))
+        .select(value, F.col(SOURCE_FILE), *carry, F.when(readable, value).alias("text"))
         .select(
             value,
             text,
             F.col(SOURCE_FILE),
+            *carry,
             F.from_json(text, _nullable(schema).add(_CORRUPT, "string"), parse_options).alias("j"),
         )
         .withColumn("keys", _object_keys(schema))
@@ -115,6 +151,7 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
     return parsed.select(
         *[F.col("j").getField(f.name).alias(f.name) for f in schema.fields],
         SOURCE_FILE,
+        *carry,
         # Good rows keep their text only when it has new fields (`schema_drift: add` reads them from it).
         F.when(error.isNull(), F.when(F.size(unknown) > 0, value)).otherwise(_kept_raw(value)).alias(RAW),
         error.alias(ERROR),
@@ -230,7 +267,8 @@ class SchemaDriftFailed(RuntimeError):
     """`schema_drift: fail` met a well-formed record with fields the source's schema does not name."""
 
 
-def apply_schema_drift(good: DataFrame, source: FileSource, spec_path: str, table_columns: list[str]) -> DataFrame:
+def apply_schema_drift(good: DataFrame, source: FileSource | KafkaSource, spec_path: str,
+                       table_columns: list[str]) -> DataFrame:  # fmt: skip
     """The well-formed rows of a parsed json batch shaped by the source's drift policy, `_new_fields` dropped.
 
     rescue: `_rescued_data` as parsed. add: each new field named like an identifier that is not a column yet
@@ -267,7 +305,7 @@ def apply_schema_drift(good: DataFrame, source: FileSource, spec_path: str, tabl
     )
 
 
-def _drift_message(source: FileSource, spec_path: str, found: list) -> str:
+def _drift_message(source: FileSource | KafkaSource, spec_path: str, found: list) -> str:
     fields = []
     for row in found:
         files = ", ".join(row.files[:3]) + (f" and {len(row.files) - 3} more" if len(row.files) > 3 else "")

@@ -6,6 +6,8 @@ batch replayed after a crash (offsets logged, commit not yet) is skipped by Delt
 The app id is the checkpoint's query id: a new checkpoint never inherits an old one's transaction history.
 A file-sink table (`sink: {format: parquet|json|csv}`) is the exception: Spark's own file sink writes it,
 exactly once through the sink's `_spark_metadata` log, which skips a batch id it already committed.
+A Kafka-sink table (`sink: {format: kafka}`) sends each batch to a topic from `foreachBatch`: at least once, since a
+topic has nothing like txnVersion to skip a batch replayed after a crash.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from pathlib import Path
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType
 from pyspark.sql.utils import CapturedException
 
 from millpond import checkpoints, file_sink_log, paths
 from millpond.delta_log import latest_version as delta_version
 from millpond.delta_log import rows_added
 from millpond.run_record import RunContext, TableResult
-from millpond.spec import Pipeline, Table
+from millpond.spec import Pipeline, Table, resolve_setting
 from spark_jobs import sources
 from spark_jobs.plan import plan_table
 from spark_jobs.progress import ProgressListener, watermark_of
@@ -80,9 +83,11 @@ class BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.result.micro_batches += 1
         inject_fault(self.table.id, "before_write", batch_id)
-        if self.gate is not None:
+        if self.table.sink.is_kafka:
+            self.send_to_kafka(batch)
+        elif self.gate is not None:
             self.write_gated_batch(batch, batch_id)
-        elif self.table.reads_landing:
+        elif self.table.reads_source:
             self.write_landing_batch(batch, batch_id)
         elif self.table.merges:
             self.write_merged(batch, batch_id)
@@ -142,6 +147,28 @@ class BatchWriter:
             session.conf.unset(TXN_APP_ID)
             session.conf.unset(TXN_VERSION)
 
+    def send_to_kafka(self, batch: DataFrame) -> None:
+        """Send the batch's rows to the sink's topic as (key, value) messages: at least once.
+
+        The plan runs once into the cache (stateful operators commit their state, and the count is exact); a batch
+        replayed after a crash between the send and Spark's commit log is sent again: Kafka cannot skip it.
+        """
+        sink = self.table.sink
+        columns = ([F.expr(sink.key).alias("key")] if sink.key else []) + [F.expr(sink.value).alias("value")]
+        batch = batch.select(*columns).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            rows = batch.count()
+            if rows == 0:  # e.g. the batch that only advances a watermark
+                return
+            as_bytes = [F.col(f.name) if isinstance(f.dataType, BinaryType) else F.col(f.name).cast("string")
+                        for f in batch.schema.fields]  # fmt: skip
+            (batch.select(*as_bytes).write.format("kafka")
+             .option("kafka.bootstrap.servers", resolve_setting(sink.bootstrap_servers or ""))
+             .option("topic", sink.topic).options(**sink.options).save())  # fmt: skip
+            self.result.rows_written += rows
+        finally:
+            batch.unpersist()
+
     def write_gated_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Write-audit-publish: validate the batch, then write passing rows and set-aside rows, or nothing.
 
@@ -198,7 +225,10 @@ class BatchWriter:
             counted = Observation(f"millpond-landing-{self.app_id}-{batch_id}-{uuid.uuid4().hex}")
         observed = batch.observe(counted, *counts) if counted else batch
         good = self.shape_for_drift(observed.where(~is_bad))  # fail: raises before writing
-        good_columns = [c for c in good.columns if c not in (sources.RAW, sources.ERROR, sources.LINE_BUCKET)]
+        # A Kafka message's address is in bronze's `_kafka_*` columns; `_source_file` holds it for the quarantine.
+        dropped = (sources.RAW, sources.ERROR, sources.LINE_BUCKET,
+                   *((sources.SOURCE_FILE,) if self.table.reads_kafka else ()))  # fmt: skip
+        good_columns = [c for c in good.columns if c not in dropped]
         before = delta_version(Path(self.path))
         self.write(good.select(*good_columns, ingested_at.alias("_ingested_at")), self.path, "append", batch_id)
         if counted and delta_version(Path(self.path)) > before:
@@ -275,8 +305,9 @@ def gate_for(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCont
     """The table's data-quality gate, or None when it has no expectations suite (GX is imported only then)."""
     if not table.expectations:
         return None
-    if table.reads_landing:
-        raise ValueError(f"{table.id}: a table reading landing files cannot be gated (gate the table reading it)")
+    if table.reads_source:
+        raise ValueError(f"{table.id}: a table reading landing files or Kafka cannot be gated (gate the table "
+                         "reading it)")  # fmt: skip
     from spark_jobs.quality import Gate
 
     return Gate(spark, pipeline.name, table, run.run_id, quarantine_failures=table.id in run.quarantine_failures)
@@ -325,7 +356,7 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
         result.error = error = gate_message(table, result)
     if table.sink.is_file:
         result.rows_written = file_sink_log.rows_added(path, table.sink, result.version_before, result.version_after)
-    else:
+    elif table.sink.is_delta:  # a Kafka sink's writer counts what it sent (a replayed batch again: sent again)
         result.rows_written = rows_added(path, result.version_before, result.version_after,
                                          newest_only=table.output_mode == "complete")  # fmt: skip
     result.rows_quarantined = rows_added(quarantine, quarantine_before, delta_version(quarantine))
@@ -344,8 +375,8 @@ def gate_message(table: Table, result: TableResult) -> str:
 
 
 def collect_progress(progresses: list, table: Table, result: TableResult) -> None:
-    """Fold the run's batches into the table's result (a landing table's writer counted its own rows)."""
-    if not table.reads_landing:
+    """Fold the run's batches into the table's result."""
+    if not table.reads_source:  # a source table's writer counts its records (blank ones and null values aside)
         result.rows_in = sum(p.numInputRows for p in progresses)
     if table.sink.is_file:  # no foreachBatch to count them
         result.micro_batches = len({p.batchId for p in progresses})

@@ -1,4 +1,5 @@
-"""Shared fixtures: one session-scoped local Spark (Delta, UI off, 2 shuffle partitions) and a lake per test."""
+"""Shared fixtures: one session-scoped local Spark (Delta, UI off, 2 shuffle partitions), a lake per test, and one
+session-scoped Kafka broker for the tests that ask for it."""
 
 from __future__ import annotations
 
@@ -30,3 +31,13 @@ def lake(tmp_path, monkeypatch) -> Path:
     root.mkdir()
     monkeypatch.setenv("MILLPOND_LAKE", str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """A real Kafka broker (KRaft) for the session; a broker that cannot start fails the test, naming the fix."""
+    from tests.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker().start()
+    yield broker
+    broker.stop()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond.spec import SpecError, all_spec_paths, load_pipeline, validate_all
+from millpond.spec import KafkaSource, SpecError, all_spec_paths, load_pipeline, validate_all
+from spark_jobs import runner
 
 pytestmark = pytest.mark.unit
 
@@ -24,10 +25,10 @@ def write_spec(tmp_path: Path, spec: dict, name: str = "activity") -> Path:
     return path
 
 
-def problems_for(tmp_path: Path, mutate) -> str:
-    spec = copy.deepcopy(ACTIVITY)
+def problems_for(tmp_path: Path, mutate, base: dict = ACTIVITY) -> str:
+    spec = copy.deepcopy(base)
     mutate(spec)
-    path = write_spec(tmp_path, spec)
+    path = write_spec(tmp_path, spec, name=base["pipeline"])
     with pytest.raises(SpecError) as caught:
         load_pipeline(path, lake_root=tmp_path / "lake")
     text = str(caught.value)
@@ -278,3 +279,139 @@ def test_file_sinks_in_append_mode_load_aggregates_with_a_watermark_included(tmp
     assert hourly.sink.options == {"header": "true"} and hourly.aggregate is not None
     assert not pipeline.tables["gold.device_counts"].sink.is_file
     assert not pipeline.tables["silver.activity"].sink.is_file  # no sink: Delta, as before
+
+
+KAFKA_SPEC = {
+    "pipeline": "devices", "schedule": "@hourly", "start_date": "2026-11-01",
+    "sources": {"events": {"format": "kafka", "bootstrap_servers": "${MILLPOND_KAFKA_BOOTSTRAP}",
+                           "subscribe": ["device_events"], "schema": "device STRING, ts TIMESTAMP, temp DOUBLE",
+                           "starting_offsets": "earliest", "rate_limit": {"max_offsets_per_trigger": 1000}}},
+    "tables": {
+        "bronze.events": {"from": "kafka.events"},
+        "gold.alerts": {"from": "bronze.events", "transform": {"sql": "SELECT * FROM source WHERE temp > 30"},
+                        "sink": {"format": "kafka", "topic": "device_alerts", "key": "device",
+                                 "bootstrap_servers": "${MILLPOND_KAFKA_BOOTSTRAP}"}},
+    },
+}  # fmt: skip
+
+
+def kafka_source(**changes):
+    return lambda s: s["sources"]["events"].update(changes)
+
+
+def kafka_sink(**changes):
+    return lambda s: s["tables"]["gold.alerts"]["sink"].update(changes)
+
+
+def test_a_kafka_source_and_sink_load_with_their_defaults(tmp_path):
+    spec = copy.deepcopy(KAFKA_SPEC)
+    spec["sources"]["events"]["starting_offsets"] = {"device_events": {0: 5, 1: -2}}
+    spec["sources"]["events"]["options"] = {"kafka.security.protocol": "SASL_SSL"}
+    pipeline = load_pipeline(write_spec(tmp_path, spec, "devices"), lake_root=tmp_path / "lake")
+    source = pipeline.sources["kafka.events"]
+    assert isinstance(source, KafkaSource) and source.topics == ("device_events",)
+    assert source.starting_offsets == '{"device_events": {"0": 5, "1": -2}}'  # Spark's JSON form
+    assert source.rate_limit.reader_options() == {"maxOffsetsPerTrigger": "1000"}
+    assert source.options == {"kafka.security.protocol": "SASL_SSL"} and source.schema_drift == "rescue"
+    bronze, alerts = pipeline.tables["bronze.events"], pipeline.tables["gold.alerts"]
+    assert bronze.reads_kafka and bronze.reads_source and not bronze.reads_landing
+    sink = alerts.sink
+    assert sink.is_kafka and not sink.is_file and not sink.is_delta
+    assert (sink.topic, sink.key, sink.value) == ("device_alerts", "device", "to_json(struct(*))")
+    del spec["sources"]["events"]["starting_offsets"]
+    assert load_pipeline(write_spec(tmp_path, spec, "devices"), tmp_path).sources["kafka.events"].starting_offsets == (
+        "earliest")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "message", "fix"),
+    [
+        (kafka_source(bootstrap_servers="broker-1"), "sources.events.bootstrap_servers",
+         "'broker-1' is neither host:port[,host:port...] nor ${ENV_VAR}", "Fix: write e.g. ${MILLPOND_KAFKA_BOOTSTRAP}"),
+        (kafka_source(bootstrap_servers="$KAFKA"), "sources.events.bootstrap_servers", "is neither host:port",
+         "broker1:9092,broker2:9092"),
+        (lambda s: s["sources"]["events"].pop("bootstrap_servers"), "sources.events.bootstrap_servers",
+         "required field is missing", "Fix: add 'bootstrap_servers:'"),
+        (kafka_source(subscribe="a,b"), "sources.events.subscribe", "is not a list of topic names",
+         "Fix: write e.g. subscribe: [device_events] (several topics: a YAML list, not 'a,b')"),
+        (kafka_source(subscribe=[]), "sources.events.subscribe", "is not a list of topic names", "Fix: write e.g."),
+        (lambda s: s["sources"]["events"].pop("schema"), "sources.events.schema",
+         "a kafka source needs the schema of its JSON message values", "Fix: add 'schema:' with Spark DDL"),
+        (kafka_source(schema="device STRNG"), "sources.events.schema", "is not 'name TYPE'", "Fix: write Spark DDL"),
+        (kafka_source(value_format="avro"), "sources.events.value_format", "unknown value format 'avro'",
+         "Fix: use json"),
+        (kafka_source(starting_offsets="beginning"), "sources.events.starting_offsets",
+         "'beginning' is not a starting position", "Fix: use earliest, latest, or {<topic>: {<partition>: <offset>}}"),
+        (kafka_source(starting_offsets={"other": {0: 1}}), "sources.events.starting_offsets.other",
+         "not a subscribed topic", "subscribed: device_events"),
+        (kafka_source(starting_offsets={"device_events": {0: -3}}), "sources.events.starting_offsets.device_events",
+         "is not {partition: offset}", "offset -2 = earliest, -1 = latest"),
+        (kafka_source(rate_limit={"max_offsets_per_trigger": 0}), "sources.events.rate_limit.max_offsets_per_trigger",
+         "0 is not a whole number >= 1", "Fix: use a whole number >= 1"),
+        (kafka_source(rate_limit={"max_files_per_trigger": 10}), "sources.events.rate_limit.max_files_per_trigger",
+         "unknown field 'max_files_per_trigger'", "did you mean 'max_offsets_per_trigger'?"),
+        (kafka_source(path="landing/events"), "sources.events.path", "unknown field 'path'", "allowed fields: format"),
+        (kafka_source(options={"kafka.bootstrap.servers": "x:1"}), "sources.events.options.kafka.bootstrap.servers",
+         "millpond sets this itself", "Fix: set bootstrap_servers instead"),
+        (kafka_source(options={"kafka.auto.offset.reset": "earliest"}),
+         "sources.events.options.kafka.auto.offset.reset", "millpond sets this itself",
+         "Fix: set starting_offsets instead"),
+        (kafka_source(options={"maxOffsetsPerTrigger": 5}), "sources.events.options.maxOffsetsPerTrigger",
+         "not a Kafka client setting", "Fix: prefix Kafka client settings with 'kafka.'"),
+        (kafka_source(schema_drift="evolve"), "sources.events.schema_drift", "unknown policy 'evolve'", "Fix: use rescue"),
+        (lambda s: s["tables"]["gold.alerts"].update({"from": "kafka.events"}), "tables.gold.alerts.from",
+         "only bronze tables read landing files or Kafka", "Fix: read the source in a bronze table"),
+        (lambda s: s["tables"]["bronze.events"].update(dedup={"keys": ["device"]}), "tables.bronze.events",
+         "ingests them as they are", "Fix: deduplicate or aggregate in a downstream table"),
+        (lambda s: s["tables"]["bronze.events"].update({"from": "kafka.evnts"}), "tables.bronze.events.from",
+         "unknown source or table 'kafka.evnts'", "Fix: read one of: kafka.events"),
+        (lambda s: s["tables"]["bronze.events"].update(sink={"format": "kafka", "topic": "t", "bootstrap_servers":
+         "h:1"}), "tables.bronze.events.sink", "a table reading a source splits each batch",
+         "Fix: keep bronze.events on Delta and add a table with 'from: bronze.events' and this sink"),
+        (kafka_sink(topic="bad topic"), "tables.gold.alerts.sink.topic", "'bad topic' is not a topic name",
+         "Fix: write e.g. topic: device_alerts"),
+        (lambda s: s["tables"]["gold.alerts"]["sink"].pop("topic"), "tables.gold.alerts.sink.topic",
+         "required field is missing", "Fix: add 'topic:'"),
+        (kafka_sink(bootstrap_servers="localhost"), "tables.gold.alerts.sink.bootstrap_servers", "is neither host:port",
+         "Fix: write e.g. ${MILLPOND_KAFKA_BOOTSTRAP}"),
+        (kafka_sink(value=""), "tables.gold.alerts.sink.value", "'' is not a Spark SQL expression",
+         "Fix: write e.g. value: to_json(struct(*))"),
+        (kafka_sink(options={"kafka.value.serializer": "x"}), "tables.gold.alerts.sink.options.kafka.value.serializer",
+         "millpond sets this itself", "Fix: remove it: set the sink's value expression"),
+        (kafka_sink(path="x"), "tables.gold.alerts.sink.path", "unknown field 'path'", "allowed fields: format, topic"),
+        (lambda s: s["tables"]["gold.alerts"].update(
+            output_mode="complete", aggregate={"group_by": ["device"], "measures": {"n": "count(*)"}}),
+         "tables.gold.alerts.output_mode", "complete mode would send the whole result again every batch",
+         "Fix: use output_mode: update (each changed row is sent once per batch) or append"),
+        (lambda s: s["tables"]["gold.alerts"].update(expectations="devices.gold.alerts"),
+         "tables.gold.alerts.expectations", "cannot gate a Kafka sink", "Fix: gate the Delta table this one reads"),
+        (lambda s: s["tables"].update({"gold.more": {"from": "gold.alerts"}}), "tables.gold.more.from",
+         "gold.alerts sends its rows to Kafka topic device_alerts, and tables read their upstream as a Delta stream",
+         "Fix: read bronze.events instead"),
+        (lambda s: s["tables"]["gold.alerts"].update(sink={"format": "parquet", "topic": "t"}),
+         "tables.gold.alerts.sink.topic", "unknown field 'topic'", "allowed fields: format, options"),
+    ],
+)  # fmt: skip
+def test_kafka_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
+    assert_problem(problems_for(tmp_path, mutate, base=KAFKA_SPEC), field, message, fix)
+
+
+def test_a_run_needing_an_unset_kafka_address_is_refused_before_spark(tmp_path, monkeypatch, capsys):
+    """`${NAME}` is read when a run starts (Airflow parses specs where it may be unset): unset or not host:port, the
+    run exits 2 naming the file, the field, the variable and the fix, and starts nothing."""
+    path = write_spec(tmp_path, KAFKA_SPEC, "devices")
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
+    assert load_pipeline(path, tmp_path / "lake").sources["kafka.events"].bootstrap_servers == (
+        "${MILLPOND_KAFKA_BOOTSTRAP}")  # fmt: skip
+    assert runner.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert_problem(err, "sources.events.bootstrap_servers", "environment variable MILLPOND_KAFKA_BOOTSTRAP is not set",
+                   "Fix: export MILLPOND_KAFKA_BOOTSTRAP=host:port[,host:port] where the run starts")
+    assert_problem(err, "tables.gold.alerts.sink.bootstrap_servers", "MILLPOND_KAFKA_BOOTSTRAP is not set", "Fix:")
+    assert str(path) in err
+    monkeypatch.setenv("MILLPOND_KAFKA_BOOTSTRAP", "localhost")
+    assert runner.main([str(path), "--tables", "bronze.events"]) == 2
+    assert_problem(capsys.readouterr().err, "sources.events.bootstrap_servers",
+                   "MILLPOND_KAFKA_BOOTSTRAP='localhost' is not host:port", "Fix: export MILLPOND_KAFKA_BOOTSTRAP=")
+    assert not (tmp_path / "lake" / "_system").exists()  # no lock, no event log: nothing started
