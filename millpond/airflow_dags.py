@@ -317,7 +317,8 @@ def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
             f"# {pipeline.name}\n\n{pipeline.description}",
             f"Spec: `{pipeline.spec_path}`",
             "| table | layer | source |\n|---|---|---|\n" + "\n".join(
-                f"| `{t.id}` | {t.layer} | `{t.source}` |" for t in pipeline.tables.values()),
+                f"| `{t.id}` | {t.layer} | {' joined with '.join(f'`{u}`' for u in t.upstreams)} |"
+                for t in pipeline.tables.values()),
             module_doc,
         ) if part
     )  # fmt: skip

@@ -77,6 +77,8 @@ def shape(table: Table) -> dict:
         "output_mode": table.query_output_mode,  # dedup-only update mode runs as append: switching is harmless
         # A file sink's `_spark_metadata` log counts batch ids from this checkpoint: it cannot change format.
         "sink": table.sink.format,
+        # A join's state holds both sides' rows by key and event time, and its checkpoint reads two sources.
+        "join": _plain(asdict(table.join)) if table.join else None,
     }
 
 
@@ -85,7 +87,8 @@ def shape_changes(checkpoint: Path, table: Table) -> list[str]:
     recorded_path = checkpoint / SHAPE_FILE
     if not recorded_path.exists():
         return []
-    recorded = {"sink": "delta", **json.loads(recorded_path.read_text())}  # recorded before file sinks existed
+    # Shapes recorded before file sinks (or joins) existed: a Delta sink, no join.
+    recorded = {"sink": "delta", "join": None, **json.loads(recorded_path.read_text())}
     current = shape(table)
     if not table.is_stateful and all(recorded.get(k) == current[k] for k in ("source", "sink")):
         return []  # a stateless query only needs the same source (and sink)
@@ -105,7 +108,8 @@ def record_shape(pipeline: Pipeline, table: Table) -> None:
 
 
 def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
-    """The table's source as it is now: each landed file's name, size and mtime, or the upstream Delta version.
+    """The table's source as it is now: each landed file's name, size and mtime, or the upstream Delta version
+    (a join: both upstreams' versions).
 
     Taken before the query starts, so a file landing while it runs makes the next fingerprint differ.
     """
@@ -114,11 +118,16 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
     if table.reads_landing:
         state: list = sorted(_landed_files(paths.landing_path(pipeline.sources[table.source].path)))
     else:
-        upstream = paths.table_path(table.source)
-        version = latest_version(upstream)
-        commit = upstream / "_delta_log" / f"{version:020d}.json"
-        state = [version, commit.stat().st_mtime_ns if commit.exists() else 0]  # mtime: a recreated table differs
+        state = [_delta_state(paths.table_path(upstream)) for upstream in table.upstreams]
+        if not table.join:
+            state = state[0]  # the fingerprint a table recorded before joins existed stays the same
     return hashlib.sha256(json.dumps(state).encode()).hexdigest()
+
+
+def _delta_state(upstream: Path) -> list[int]:
+    version = latest_version(upstream)
+    commit = upstream / "_delta_log" / f"{version:020d}.json"
+    return [version, commit.stat().st_mtime_ns if commit.exists() else 0]  # mtime: a recreated table differs
 
 
 def nothing_new(pipeline: Pipeline, table: Table, fingerprint: str) -> dict | None:
@@ -236,6 +245,8 @@ def _check_file_source_log(checkpoint: Path, latest_offsets: list[dict], fix: st
 
 
 def _stateful_what(table: Table) -> str:
+    if table.join:
+        return "rows buffered for the join"
     return "aggregates" if table.aggregate else "keys"
 
 

@@ -49,12 +49,18 @@ def cmd_preview(argv: list[str]) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from millpond.generate import activity_files
+    from millpond.generate import activity_files, clicks_files
 
-    if args.pipeline != "activity":
-        print(f"millpond generate: no sample generator for {args.pipeline!r} (available: activity)", file=sys.stderr)
+    if args.pipeline not in ("activity", "clicks"):
+        print(f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks)",
+              file=sys.stderr)  # fmt: skip
         return 2
     pipeline = load_pipeline(args.pipeline)
+    if args.pipeline == "clicks":
+        folders = [paths.landing_path(pipeline.sources[f"landing.{s}"].path) for s in ("impressions", "clicks")]
+        landed = clicks_files(*folders, files=args.files, rows=args.rows, seed=args.seed)
+        print(f"landed {len(landed) // 2} rounds x {args.rows} impressions (and their clicks) in {folders[0].parent}")
+        return 0
     folder = paths.landing_path(pipeline.sources["landing.activity"].path)
     landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
     print(f"landed {len(landed)} files x {args.rows} lines in {folder}")

@@ -17,6 +17,8 @@ ACTIVITIES = ("stand", "sit", "walk", "bike", "stairsup", "stairsdown")
 MODELS = ("nexus4", "s3", "samsungold", "gear")
 USERS = tuple("abcdefghi")
 SECONDS_PER_FILE = 300  # each file covers five minutes of recordings
+ADS = tuple(f"ad_{n}" for n in range(1, 6))
+IMPRESSION_SECONDS_PER_FILE = 3600  # each clicks-pipeline round covers one hour of impressions
 
 
 def land_file(folder: Path, name: str, lines: list[str]) -> Path:
@@ -76,4 +78,36 @@ def activity_files(folder: Path, files: int, rows: int, duplicates: float = 0.0,
             line = json.dumps(record)
             lines.append(malformed_line(rng, line) if rng.random() < malformed else line)
         landed.append(land_file(folder, f"activity-{k:06d}.json", lines))
+    return landed
+
+
+def clicks_files(impressions: Path, clicks: Path, files: int, rows: int, click_rate: float = 0.3,
+                 seed: int | None = None) -> list[Path]:  # fmt: skip
+    """Land `files` rounds of the clicks pipeline: `rows` impressions per round and the clicks on them.
+
+    Each round is an hour of impressions. A clicked impression gets one click 0 to 50 minutes later, in the same
+    round's clicks file (so a click may belong to the next hour); one click in ten comes 61 to 90 minutes later,
+    outside the pipeline's one-hour join range, and leaves its impression unclicked.
+    """
+    first = len(list(impressions.glob("impressions-*.json"))) if impressions.exists() else 0
+    rng = random.Random(seed if seed is not None else first)
+    landed = []
+
+    def stamp(moment: datetime) -> str:
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    for k in range(first, first + files):
+        start = ACTIVITY_EPOCH + timedelta(seconds=k * IMPRESSION_SECONDS_PER_FILE)
+        shown, clicked = [], []
+        for i in range(rows):
+            impression_id = f"imp-{k:06d}-{i:05d}"
+            moment = start + timedelta(milliseconds=rng.randrange(IMPRESSION_SECONDS_PER_FILE * 1000))
+            shown.append(json.dumps({"impression_id": impression_id, "ad_id": rng.choice(ADS),
+                                     "impression_time": stamp(moment)}))  # fmt: skip
+            if rng.random() < click_rate:
+                lag = rng.uniform(61, 90) if rng.random() < 0.1 else rng.uniform(0, 50)
+                clicked.append(json.dumps({"click_id": f"click-{k:06d}-{i:05d}", "impression_id": impression_id,
+                                           "click_time": stamp(moment + timedelta(minutes=lag))}))  # fmt: skip
+        landed.append(land_file(impressions, f"impressions-{k:06d}.json", shown))
+        landed.append(land_file(clicks, f"clicks-{k:06d}.json", clicked))
     return landed

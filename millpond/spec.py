@@ -37,6 +37,7 @@ DEFAULT_KAFKA_VALUE = "to_json(struct(*))"  # a Kafka sink's message value: the 
 OUTPUT_MODES = ("append", "complete", "update")
 TRIGGERS = ("availableNow", "once", "processingTime")
 SCHEMA_DRIFT = ("rescue", "add", "fail")  # what a json source does with fields its schema does not name
+JOIN_TYPES = ("inner", "left_outer")  # stream-stream joins; left_outer: also each unmatched `from` row, with nulls
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 LANDING = "landing"  # sources are referenced as `landing.<source name>`
 
@@ -44,6 +45,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TABLE_ID = re.compile(r"^(bronze|silver|gold)\.[a-z][a-z0-9_]*$")
 _FUNCTION_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _DURATION = re.compile(r"^\d+\s+(second|minute|hour|day|week)s?$")
+_SIGNED_DURATION = re.compile(r"^-?\d+\s+(second|minute|hour|day|week)s?$")
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 _BYTES = re.compile(r"^\d+\s*[kmgt]?b?$", re.IGNORECASE)
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
@@ -167,6 +169,22 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class Join:
+    """A stream-stream join: each row of the table's `from` stream matched with rows of another table's stream.
+
+    Rows match when every `using` column is equal on both sides and the `with` row's event time minus the `from`
+    row's lies in `time_range` (inclusive). Both sides carry a watermark, so Spark knows when a buffered row can no
+    longer match and drops it from state (and, for left_outer, emits an unmatched `from` row with nulls).
+    """
+
+    with_table: str  # another table's id, read as a Delta stream
+    using: tuple[str, ...]  # key columns, named alike on both sides (SQL's JOIN ... USING)
+    watermark: Watermark | None  # on the `with` side; the `from` side's is the table's own `watermark`
+    time_range: tuple[str, str]  # (min, max) of `with` time minus `from` time, signed durations
+    type: str = "inner"
+
+
+@dataclass(frozen=True)
 class Transform:
     """Either Spark SQL over the view `source`, or a pure `DataFrame -> DataFrame` function."""
 
@@ -220,10 +238,16 @@ class Table:
     keys: tuple[str, ...] = ()
     expectations: str | None = None
     sink: Sink = Sink()
+    join: Join | None = None
 
     @property
     def id(self) -> str:
         return f"{self.layer}.{self.name}"
+
+    @property
+    def upstreams(self) -> tuple[str, ...]:
+        """Every source or table this one reads: `from`, then a join's `with`."""
+        return (self.source, self.join.with_table) if self.join else (self.source,)
 
     @property
     def reads_landing(self) -> bool:
@@ -240,7 +264,7 @@ class Table:
 
     @property
     def is_stateful(self) -> bool:
-        return bool(self.dedup_keys or self.aggregate)
+        return bool(self.dedup_keys or self.aggregate or self.join)
 
     @property
     def merges(self) -> bool:
@@ -287,7 +311,7 @@ class Pipeline:
         """The tables given plus every table that reads from them, in dependency order."""
         chosen = {normalize_table_id(t) for t in table_ids}
         for table in self.tables.values():  # dependency order: one pass suffices
-            if table.source in chosen:
+            if any(upstream in chosen for upstream in table.upstreams):
                 chosen.add(table.id)
         return [t for t in self.tables if t in chosen]
 
@@ -617,7 +641,7 @@ class _Loader:
         spec = self.fields(where, raw, {
             "from": True, "description": False, "transform": False, "watermark": False, "dedup": False,
             "aggregate": False, "order_by": False, "output_mode": False, "trigger": False, "rate_limit": False,
-            "keys": False, "expectations": False, "sink": False,
+            "keys": False, "expectations": False, "sink": False, "join": False,
         })  # fmt: skip
         if not _TABLE_ID.match(table_id):
             self.problem(where, f"{table_id!r} is not '<layer>.<name>'",
@@ -647,8 +671,11 @@ class _Loader:
             keys=self.columns(f"{where}.keys", spec.get("keys")),
             expectations=str(spec["expectations"]) if spec.get("expectations") else None,
             sink=self.sink(f"{where}.sink", spec.get("sink")),
+            join=self.join(f"{where}.join", spec.get("join")),
         )  # fmt: skip
         self.streaming_rules(where, table)
+        if table.join:
+            self.join_rules(where, table)
         if table.sink.is_file:
             self.file_sink_rules(where, table)
         if table.sink.is_kafka:
@@ -656,6 +683,49 @@ class _Loader:
         if table.expectations:
             self.suite_rules(where, table)
         return table
+
+    def join(self, where: str, raw: Any) -> Join | None:
+        if raw is None:
+            return None
+        if isinstance(raw, dict) and True in raw:  # YAML 1.1 reads a bare `on:` key as the boolean true
+            raw = {k: v for k, v in raw.items() if k is not True}
+            self.problem(f"{where}.on", "YAML reads the key 'on' as true, so it never names the join keys",
+                         "write the keys as using: [column, ...]")  # fmt: skip
+        spec = self.fields(where, raw, {"with": True, "using": True, "type": False, "watermark": True,
+                                        "time_range": True})  # fmt: skip
+        kind = str(spec.get("type", "inner"))
+        if kind not in JOIN_TYPES:
+            self.problem(f"{where}.type", f"unknown join type {kind!r}",
+                         f"use one of {', '.join(JOIN_TYPES)} (inner: matched pairs only; left_outer: also each "
+                         "unmatched 'from' row once, with nulls)")  # fmt: skip
+        using = self.columns(f"{where}.using", spec.get("using"))
+        if "using" in spec and not using:
+            self.problem(f"{where}.using", "a join needs at least one key column, equal on both sides",
+                         "write e.g. using: [impression_id]")  # fmt: skip
+        return Join(
+            with_table=normalize_table_id(str(spec.get("with", ""))), using=using,
+            watermark=self.watermark(f"{where}.watermark", spec.get("watermark")),
+            time_range=self.time_range(f"{where}.time_range", spec.get("time_range")), type=kind,
+        )  # fmt: skip
+
+    def time_range(self, where: str, raw: Any) -> tuple[str, str]:
+        """`{min: ..., max: ...}`: signed durations, min <= max (the `with` side's time minus the `from` side's)."""
+        if raw is None:
+            return ("", "")
+        spec = self.fields(where, raw, {"min": True, "max": True})
+        bounds = []
+        for name in ("min", "max"):
+            value = str(spec.get(name, "")).strip()
+            if name in spec and not _SIGNED_DURATION.match(value):
+                self.problem(f"{where}.{name}", f"{spec.get(name)!r} is not a duration",
+                             "write e.g. '0 seconds', '1 hour' or '-10 minutes' (before the 'from' row's "
+                             "time)")  # fmt: skip
+            bounds.append(value)
+        low, high = signed_seconds(bounds[0]), signed_seconds(bounds[1])
+        if low is not None and high is not None and low > high:
+            self.problem(where, f"min {bounds[0]!r} is after max {bounds[1]!r}: no row could ever match",
+                         "give min <= max")  # fmt: skip
+        return (bounds[0], bounds[1])
 
     def sink(self, where: str, raw: Any) -> Sink:
         if raw is None:
@@ -728,6 +798,28 @@ class _Loader:
             self.problem(f"{where}.sink", f"a table reading {'landing files' if table.reads_landing else 'Kafka'} "
                          "splits each batch into the table and its Delta quarantine, which a file sink cannot do",
                          f"keep {table.id} on Delta and add a table with 'from: {table.id}' and this sink")  # fmt: skip
+
+    def join_rules(self, where: str, table: Table) -> None:
+        """What a stream-stream join needs to run in bounded state, and what millpond keeps out of a join table."""
+        join = table.join
+        assert join is not None
+        if not table.watermark:
+            self.problem(f"{where}.watermark", "a join buffers the rows of both sides in state until the watermarks "
+                         "say they can no longer match; without a watermark on the 'from' side its rows stay forever",
+                         "add 'watermark: {column: <the from side's event time>, delay: ...}'")  # fmt: skip
+        if table.output_mode != "append":
+            self.problem(f"{where}.output_mode", f"a stream-stream join emits each joined row once and runs in "
+                         f"append mode only, not {table.output_mode}",
+                         f"use output_mode: append, and aggregate in a table with 'from: {table.id}'")  # fmt: skip
+        if table.aggregate or table.dedup_keys:
+            what = "aggregate" if table.aggregate else "dedup"
+            self.problem(f"{where}.{what}", f"a join table cannot also {what} (one stateful step per table keeps "
+                         "each table's state and its checkpoint rules simple)",
+                         f"{what} in a table with 'from: {table.id}'")  # fmt: skip
+        if table.expectations:
+            self.problem(f"{where}.expectations", "a join table cannot be gated: `millpond check` replays one "
+                         "upstream's Delta versions, and a join reads two",
+                         f"gate a table with 'from: {table.id}'")  # fmt: skip
 
     def suite_rules(self, where: str, table: Table) -> None:
         """The suite follows the naming scheme, gates a table that can hold rows back, and is well-formed."""
@@ -884,8 +976,29 @@ class _Loader:
                          f"{window.duration!r}: rows between two windows would belong to none",
                          "use a slide no longer than the duration (slide = duration, or no slide, is tumbling)")  # fmt: skip
 
+    def join_upstream_rules(self, sources: dict[str, Source], tables: dict[str, Table], table: Table) -> None:
+        """A join's `with` is another table of this pipeline, read as a Delta stream."""
+        other = table.join.with_table if table.join else ""
+        where = f"tables.{table.id}.join.with"
+        if not other:
+            return
+        if other in sources or other.startswith(LANDING + "."):
+            bronze = f"bronze.{other.split('.', 1)[1]}"
+            self.problem(where, f"{other} is a landing source, and a join reads tables as Delta streams",
+                         f"join the bronze table that ingests it ({bronze}: from: {other})")  # fmt: skip
+        elif other == table.id:
+            self.problem(where, "a table cannot join itself", "join an upstream table")
+        elif other not in tables:
+            others = ", ".join(t for t in tables if t != table.id)
+            self.problem(where, f"unknown table {other!r}", f"join one of: {others}")
+        elif tables[other].sink.is_file:
+            self.problem(where, f"{other} writes {tables[other].sink.format} files, and a join reads tables as "
+                         "Delta streams",
+                         f"join {tables[other].source} instead, or drop {other}'s 'sink:'")  # fmt: skip
+
     def dependency_order(self, sources: dict[str, Source], tables: dict[str, Table]) -> dict[str, Table]:
         for table in tables.values():
+            self.join_upstream_rules(sources, tables, table)
             known = table.source in sources or table.source in tables
             if table.source and not known:
                 names = ", ".join([*sources, *tables])
@@ -911,7 +1024,8 @@ class _Loader:
                 self.problem(f"tables.{table_id}.from", f"tables form a cycle: {cycle}", "make one table read upstream")
                 return
             visiting.append(table_id)
-            visit(tables[table_id].source)
+            for upstream in tables[table_id].upstreams:
+                visit(upstream)
             visiting.pop()
             ordered[table_id] = tables[table_id]
 
@@ -961,6 +1075,14 @@ def duration_seconds(text: str | None) -> int | None:
     if not match:
         return None
     return int(str(text).split()[0]) * _UNIT_SECONDS[match.group(1)]
+
+
+def signed_seconds(text: str | None) -> int | None:
+    """'-10 minutes' -> -600; None for anything the time_range check rejects (it reports that itself)."""
+    value = str(text or "").strip()
+    if not _SIGNED_DURATION.match(value):
+        return None
+    return -duration_seconds(value[1:]) if value.startswith("-") else duration_seconds(value)  # type: ignore[operator]
 
 
 def _join(where: str, key: Any) -> str:

@@ -1,4 +1,4 @@
-"""Turn a table's spec into its streaming DataFrame: watermark -> transform -> dedup -> aggregate -> sort.
+"""Turn a table's spec into its streaming DataFrame: watermark -> join -> transform -> dedup -> aggregate -> sort.
 
 No reads or writes here beyond the source handed in, so the same plan runs on a static frame in tests.
 """
@@ -7,17 +7,24 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from millpond.spec import Table, Transform
+from millpond.spec import Table, Transform, signed_seconds
+
+LEFT, RIGHT = "_from", "_with"  # the two sides of a join, while its condition is built
 
 
-def plan_table(source: DataFrame, table: Table) -> DataFrame:
+def plan_table(source: DataFrame, table: Table, joined: DataFrame | None = None) -> DataFrame:
+    """`joined` is the join's `with` side (sources.read_join_source); only a join table takes one."""
     df = source
     if table.watermark:
         df = df.withWatermark(table.watermark.column, table.watermark.delay)
+    if table.join:
+        assert joined is not None, f"{table.id} joins {table.join.with_table}: pass its stream"
+        df = join(df, joined, table)
     if table.transform:
         df = apply_transform(df, table.transform)
     if table.dedup_keys:
@@ -27,6 +34,30 @@ def plan_table(source: DataFrame, table: Table) -> DataFrame:
     if table.order_by:
         df = df.orderBy(*table.order_by)
     return df
+
+
+def join(left: DataFrame, right: DataFrame, table: Table) -> DataFrame:
+    """Stream-stream join on equal keys and an event-time range, both sides under a watermark.
+
+    The time range (`with` time - `from` time between min and max) plus the watermarks is what lets Spark drop a
+    buffered row once no future row of the other side can match it, and emit an unmatched `from` row of a
+    left_outer join (with nulls) at that moment, once. The joined row holds every `from` column, then each `with`
+    column whose name the `from` side does not have (so the keys appear once, with the `from` side's value).
+    Names compare case-insensitively, as Spark resolves them.
+    """
+    spec = table.join
+    assert spec is not None and spec.watermark is not None and table.watermark is not None
+    right = right.withWatermark(spec.watermark.column, spec.watermark.delay)
+    left_time = F.col(f"{LEFT}.`{table.watermark.column}`")
+    right_time = F.col(f"{RIGHT}.`{spec.watermark.column}`")
+    low, high = (F.expr(f"INTERVAL {signed_seconds(bound)} SECONDS") for bound in spec.time_range)
+    keys = [F.col(f"{LEFT}.`{key}`") == F.col(f"{RIGHT}.`{key}`") for key in spec.using]
+    condition = reduce(lambda a, b: a & b, keys) & (right_time >= left_time + low) & (right_time <= left_time + high)
+    matched = left.alias(LEFT).join(right.alias(RIGHT), condition, spec.type)
+    taken = {c.lower() for c in left.columns}
+    extra = [c for c in right.columns if c.lower() not in taken]
+    return matched.select(*[F.col(f"{LEFT}.`{c}`") for c in left.columns],
+                          *[F.col(f"{RIGHT}.`{c}`") for c in extra])  # fmt: skip
 
 
 def apply_transform(df: DataFrame, transform: Transform) -> DataFrame:

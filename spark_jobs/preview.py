@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = build_spark_session(f"millpond-preview:{pipeline.name}", pipeline.shuffle_partitions, args.master)
     checkpoint = Path(tempfile.mkdtemp(prefix="millpond-preview-"))
-    print(f"millpond preview: {pipeline.name} {table.id} ({table.query_output_mode} mode) reads {table.source} one "
+    reads = " joined with ".join(table.upstreams)
+    print(f"millpond preview: {pipeline.name} {table.id} ({table.query_output_mode} mode) reads {reads} one "
           f"file per micro-batch, at most {args.batches} micro-batches, {args.rows} rows each; nothing is written to "
           "the lake")  # fmt: skip
     try:
@@ -94,9 +95,10 @@ def missing_input(pipeline: Pipeline, table: Table) -> str | None:
         if not folder.is_dir():
             return f"{table.id} reads {table.source}, whose folder {folder} does not exist yet. Fix: land files there"
         return None
-    if latest_version(paths.table_path(table.source)) < 0:
-        return (f"{table.id} reads {table.source}, which has no data yet. Fix: millpond run {pipeline.name} "
-                f"--tables {table.source}")  # fmt: skip
+    for upstream in table.upstreams:
+        if latest_version(paths.table_path(upstream)) < 0:
+            return (f"{table.id} reads {upstream}, which has no data yet. Fix: millpond run {pipeline.name} "
+                    f"--tables {upstream}")  # fmt: skip
     return None
 
 
@@ -156,7 +158,7 @@ def run_preview(spark, pipeline: Pipeline, table: Table, checkpoint: Path, batch
     from spark_jobs.plan import plan_table
 
     pipeline, table = one_file_per_batch(pipeline, table)
-    df = plan_table(sources.read_table_source(spark, pipeline, table), table)
+    df = plan_table(sources.read_table_source(spark, pipeline, table), table, sources.read_join_source(spark, table))
     printer = BatchPrinter(batches, rows, collect_all=bool(table.order_by))
     query = (
         df.writeStream.queryName(f"preview.{paths.query_name(pipeline.name, table.id)}")

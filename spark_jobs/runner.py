@@ -139,7 +139,7 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
     from spark_jobs.streaming import TableFailed, run_table
 
     if refresh:
-        roots = [t for t in refresh if pipeline.tables[t].source not in refresh]
+        roots = [t for t in refresh if not set(pipeline.tables[t].upstreams) & set(refresh)]
         extra = [t for t in refresh if t not in roots]
         print(f"millpond: full refresh of {', '.join(roots)}" + (f" also rebuilds {', '.join(extra)} (they read it "
               "as a stream)" if extra else ""))  # fmt: skip

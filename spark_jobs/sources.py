@@ -48,8 +48,17 @@ def read_table_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> 
         return read_landing(spark, pipeline.sources[table.source])
     if table.reads_kafka:
         return read_kafka(spark, pipeline.sources[table.source])
+    return read_delta_stream(spark, table, table.source)
+
+
+def read_join_source(spark: SparkSession, table: Table) -> DataFrame | None:
+    """The `with` side of a join table (None without a join): a Delta stream, under the table's rate limit too."""
+    return read_delta_stream(spark, table, table.join.with_table) if table.join else None
+
+
+def read_delta_stream(spark: SparkSession, table: Table, upstream: str) -> DataFrame:
     reader = spark.readStream.format("delta").options(**table.rate_limit.reader_options())
-    return reader.load(str(paths.table_path(table.source)))
+    return reader.load(str(paths.table_path(upstream)))
 
 
 def read_landing(spark: SparkSession, source: FileSource) -> DataFrame:

@@ -279,7 +279,7 @@ def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunC
                 listener: ProgressListener):  # fmt: skip
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     app_id = f"millpond:{checkpoint_query_id(checkpoint)}"
-    df = plan_table(sources.read_table_source(spark, pipeline, table), table)
+    df = plan_table(sources.read_table_source(spark, pipeline, table), table, sources.read_join_source(spark, table))
     writer = (
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
         .option("checkpointLocation", str(checkpoint))

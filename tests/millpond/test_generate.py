@@ -42,3 +42,35 @@ def test_duplicates_and_malformed_rates_are_applied(tmp_path):
 
     bad = sum(not parses(line) for line in lines)
     assert 40 < bad < 160
+
+
+def test_clicks_rounds_land_impressions_and_the_clicks_on_them(tmp_path):
+    from datetime import datetime
+
+    from millpond.generate import clicks_files
+
+    impressions, clicks = tmp_path / "impressions", tmp_path / "clicks"
+    first = clicks_files(impressions, clicks, files=2, rows=500, seed=1)
+    second = clicks_files(impressions, clicks, files=1, rows=500, seed=2)
+    assert [p.name for p in first + second] == ["impressions-000000.json", "clicks-000000.json",
+                                                "impressions-000001.json", "clicks-000001.json",
+                                                "impressions-000002.json", "clicks-000002.json"]  # fmt: skip
+    assert not [p for p in tmp_path.rglob(".*")]  # no temp files left
+
+    def records(path):
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def time(text):
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    for k in range(3):
+        shown = {r["impression_id"]: r for r in records(impressions / f"impressions-{k:06d}.json")}
+        clicked = records(clicks / f"clicks-{k:06d}.json")
+        assert len(shown) == 500 and 0.2 < len(clicked) / 500 < 0.4  # about 30 % clicked, each once at most
+        assert len({c["impression_id"] for c in clicked}) == len(clicked)
+        lags = [(time(c["click_time"]) - time(shown[c["impression_id"]]["impression_time"])).total_seconds() / 60
+                for c in clicked]  # every click is on an impression of its own round  # fmt: skip
+        assert all(0 <= lag <= 50 or 61 <= lag <= 90 for lag in lags)
+        assert 0 < sum(lag > 60 for lag in lags) < len(lags) * 0.25  # about one in ten out of the join's range
+        hours = {time(r["impression_time"]).hour for r in shown.values()}
+        assert hours == {k}  # round k is hour k: event time continues from the rounds already landed

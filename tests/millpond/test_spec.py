@@ -323,6 +323,59 @@ def test_a_kafka_source_and_sink_load_with_their_defaults(tmp_path):
         "earliest")  # fmt: skip
 
 
+# ---------------------------------------------------------------------------------------------- joins
+
+CLICKS_TEXT = (REPO / "pipelines" / "clicks.yaml").read_text()
+CLICKS = yaml.safe_load(CLICKS_TEXT)
+JOINED = "silver.impression_clicks"
+
+
+def join_problems(tmp_path: Path, mutate) -> str:
+    """The problems of the clicks spec after `mutate`, each naming the file and giving a fix."""
+    spec = copy.deepcopy(CLICKS)
+    mutate(spec)
+    path = write_spec(tmp_path, spec, name="clicks")
+    with pytest.raises(SpecError) as caught:
+        load_pipeline(path, lake_root=tmp_path / "lake")
+    text = str(caught.value)
+    assert str(path) in text and all("Fix:" in line for line in text.splitlines()), text
+    return text
+
+
+def assert_some_problem(text: str, field: str, message: str, fix: str) -> None:
+    """One of the validator's lines for `field` says what is wrong and how to fix it (a field may have several)."""
+    lines = [line for line in text.splitlines() if f": {field}: " in line]
+    assert any(message in line and fix in line for line in lines), text
+
+
+def joined(**changes):
+    """Mutation: the clicks spec's join table with these fields changed (None removes a field)."""
+    def mutate(spec):
+        table = spec["tables"][JOINED]
+        for key, value in changes.items():
+            table.pop(key, None) if value is None else table.update({key: value})
+    return mutate
+
+
+def join_block(**changes):
+    """Mutation: the join block with these fields changed (None removes a field)."""
+    def mutate(spec):
+        block = spec["tables"][JOINED]["join"]
+        for key, value in changes.items():
+            block.pop(key, None) if value is None else block.update({key: value})
+    return mutate
+
+
+def join_with_a_file_sink(spec):
+    spec["tables"]["silver.clicks_files"] = {"from": "bronze.clicks", "sink": {"format": "parquet"}}
+    spec["tables"][JOINED]["join"]["with"] = "silver.clicks_files"
+
+
+def join_in_a_cycle(spec):
+    spec["tables"]["silver.later"] = {"from": JOINED}
+    spec["tables"][JOINED]["join"]["with"] = "silver.later"
+
+
 @pytest.mark.parametrize(
     ("mutate", "field", "message", "fix"),
     [
@@ -415,3 +468,83 @@ def test_a_run_needing_an_unset_kafka_address_is_refused_before_spark(tmp_path, 
     assert_problem(capsys.readouterr().err, "sources.events.bootstrap_servers",
                    "MILLPOND_KAFKA_BOOTSTRAP='localhost' is not host:port", "Fix: export MILLPOND_KAFKA_BOOTSTRAP=")
     assert not (tmp_path / "lake" / "_system").exists()  # no lock, no event log: nothing started
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "message", "fix"),
+    [
+        (join_block(type="full_outer"), f"tables.{JOINED}.join.type", "unknown join type 'full_outer'",
+         "Fix: use one of inner, left_outer"),
+        (joined(watermark=None), f"tables.{JOINED}.watermark", "without a watermark on the 'from' side its rows "
+         "stay forever", "Fix: add 'watermark: {column: <the from side's event time>"),
+        (join_block(watermark=None), f"tables.{JOINED}.join.watermark", "required field is missing",
+         "Fix: add 'watermark:'"),
+        (join_block(time_range=None), f"tables.{JOINED}.join.time_range", "required field is missing",
+         "Fix: add 'time_range:'"),
+        (joined(output_mode="update", keys=["impression_id"]), f"tables.{JOINED}.output_mode",
+         "runs in append mode only, not update", f"Fix: use output_mode: append, and aggregate in a table with "
+         f"'from: {JOINED}'"),
+        (joined(aggregate={"group_by": ["ad_id"], "measures": {"clicks": "count(click_id)"}}, output_mode="complete"),
+         f"tables.{JOINED}.aggregate", "a join table cannot also aggregate", f"Fix: aggregate in a table with "
+         f"'from: {JOINED}'"),
+        (joined(dedup={"keys": ["impression_id", "impression_time"]}), f"tables.{JOINED}.dedup",
+         "a join table cannot also dedup", f"Fix: dedup in a table with 'from: {JOINED}'"),
+        (joined(expectations=f"clicks.{JOINED}"), f"tables.{JOINED}.expectations", "a join table cannot be gated",
+         f"Fix: gate a table with 'from: {JOINED}'"),
+        (join_block(**{"with": "landing.clicks"}), f"tables.{JOINED}.join.with", "landing.clicks is a landing "
+         "source, and a join reads tables as Delta streams", "Fix: join the bronze table that ingests it "
+         "(bronze.clicks: from: landing.clicks)"),
+        (join_block(**{"with": "silver.nope"}), f"tables.{JOINED}.join.with", "unknown table 'silver.nope'",
+         "Fix: join one of: bronze.clicks, bronze.impressions"),  # (write_spec sorts the tables)
+        (join_block(**{"with": JOINED}), f"tables.{JOINED}.join.with", "a table cannot join itself",
+         "Fix: join an upstream table"),
+        (join_with_a_file_sink, f"tables.{JOINED}.join.with", "silver.clicks_files writes parquet files",
+         "Fix: join bronze.clicks instead"),
+        (join_in_a_cycle, f"tables.{JOINED}.from", f"tables form a cycle: {JOINED} -> silver.later -> {JOINED}",
+         "Fix: make one table read upstream"),
+        (join_block(using=[]), f"tables.{JOINED}.join.using", "a join needs at least one key column",
+         "Fix: write e.g. using: [impression_id]"),
+        (join_block(time_range={"min": "1 hour", "max": "0 seconds"}), f"tables.{JOINED}.join.time_range",
+         "min '1 hour' is after max '0 seconds': no row could ever match", "Fix: give min <= max"),
+        (join_block(time_range={"min": "0 seconds", "max": "an hour"}), f"tables.{JOINED}.join.time_range.max",
+         "'an hour' is not a duration", "Fix: write e.g. '0 seconds', '1 hour' or '-10 minutes'"),
+        (join_block(kind="inner"), f"tables.{JOINED}.join.kind", "unknown field 'kind'", "allowed fields: with, "
+         "using, type, watermark, time_range"),
+    ],
+)  # fmt: skip
+def test_join_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
+    assert_some_problem(join_problems(tmp_path, mutate), field, message, fix)
+
+
+def test_a_bare_on_key_is_caught_with_the_yaml_reason(tmp_path):
+    """`on:` is what people write for join keys, and YAML 1.1 loads it as the boolean true."""
+    path = tmp_path / "clicks.yaml"
+    path.write_text(CLICKS_TEXT.replace("      using: [impression_id]", "      on: [impression_id]"))
+    with pytest.raises(SpecError) as caught:
+        load_pipeline(path, lake_root=tmp_path / "lake")
+    assert_some_problem(str(caught.value), f"tables.{JOINED}.join.on", "YAML reads the key 'on' as true",
+                        "Fix: write the keys as using: [column, ...]")  # fmt: skip
+
+
+def test_join_tables_load_after_both_upstreams_and_full_refresh_follows_either_side(tmp_path):
+    spec = copy.deepcopy(CLICKS)
+    # declared before the tables it reads, an inner join whose `with` rows may come before the `from` row
+    tables = {"silver.early_clicks": {
+        "from": "bronze.clicks", "watermark": {"column": "click_time", "delay": "1 hour"},
+        "join": {"with": "bronze.impressions", "using": ["impression_id"],
+                 "watermark": {"column": "impression_time", "delay": "1 hour"},
+                 "time_range": {"min": "-1 hour", "max": "0 seconds"}}}}  # fmt: skip
+    spec["tables"] = {**tables, **spec["tables"]}
+    pipeline = load_pipeline(write_spec(tmp_path, spec, name="clicks"), lake_root=tmp_path / "lake")
+    order = list(pipeline.tables)
+    for table_id in ("silver.early_clicks", JOINED):
+        join = pipeline.tables[table_id].join
+        assert order.index(table_id) > max(order.index(u) for u in pipeline.tables[table_id].upstreams)
+        assert pipeline.tables[table_id].is_stateful and join is not None
+    early = pipeline.tables["silver.early_clicks"].join
+    assert (early.type, early.using, early.time_range) == ("inner", ("impression_id",), ("-1 hour", "0 seconds"))
+    assert pipeline.tables[JOINED].join.type == "left_outer"
+    for side in ("bronze.clicks", "bronze.impressions"):
+        rebuilt = pipeline.downstream([side])
+        assert set(rebuilt) == {side, "silver.early_clicks", JOINED, "gold.ad_clicks"}
+        assert rebuilt.index(JOINED) < rebuilt.index("gold.ad_clicks")
