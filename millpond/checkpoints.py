@@ -5,8 +5,8 @@ Spark lists every landed file as new; lose the offsets and it starts over; chang
 old state means something else. Spark notices some of this, late and in its own words; this module notices it
 first, says which file or which spec field, and names the recovery command.
 
-It also keeps the table's stateful shape (source, watermark, dedup keys, aggregation, output mode) in
-`millpond.json` beside Spark's files, so a spec change the checkpoint cannot follow is refused by name.
+It also keeps the table's stateful shape (source, watermark, dedup keys, aggregation, stateful function, output
+mode) in `millpond.json` beside Spark's files, so a spec change the checkpoint cannot follow is refused by name.
 
 Light on purpose (no pyspark): `millpond status` and unit tests read checkpoints without a JVM.
 """
@@ -79,7 +79,20 @@ def shape(table: Table) -> dict:
         "sink": table.sink.format,
         # A join's state holds both sides' rows by key and event time, and its checkpoint reads two sources.
         "join": _plain(asdict(table.join)) if table.join else None,
+        "stateful": _stateful_shape(table),
     }
+
+
+def _stateful_shape(table: Table) -> dict | None:
+    """What a stateful function's saved state means: who wrote it, per which key, in which shape, with which options.
+
+    The output schema is left out: the state does not depend on it (and Delta refuses an incompatible append).
+    """
+    if not table.stateful:
+        return None
+    stateful = table.stateful
+    return _plain({"function": stateful.function, "key": stateful.key, "state_schema": stateful.state_schema,
+                   "timeout": stateful.timeout, "options": dict(stateful.options)})  # fmt: skip
 
 
 def shape_changes(checkpoint: Path, table: Table) -> list[str]:
@@ -87,8 +100,8 @@ def shape_changes(checkpoint: Path, table: Table) -> list[str]:
     recorded_path = checkpoint / SHAPE_FILE
     if not recorded_path.exists():
         return []
-    # Shapes recorded before file sinks (or joins) existed: a Delta sink, no join.
-    recorded = {"sink": "delta", "join": None, **json.loads(recorded_path.read_text())}
+    # Shapes recorded before file sinks, joins or stateful functions existed lack those fields.
+    recorded = {"sink": "delta", "join": None, "stateful": None, **json.loads(recorded_path.read_text())}
     current = shape(table)
     if not table.is_stateful and all(recorded.get(k) == current[k] for k in ("source", "sink")):
         return []  # a stateless query only needs the same source (and sink)
@@ -247,7 +260,7 @@ def _check_file_source_log(checkpoint: Path, latest_offsets: list[dict], fix: st
 def _stateful_what(table: Table) -> str:
     if table.join:
         return "rows buffered for the join"
-    return "aggregates" if table.aggregate else "keys"
+    return "aggregates" if table.aggregate else "per-key state" if table.stateful else "keys"
 
 
 def _plain(value):

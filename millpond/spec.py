@@ -9,6 +9,7 @@ This module imports nothing heavy (no pyspark): DAG files and the CLI use it at 
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib.util
 import json
@@ -35,6 +36,7 @@ SINK_FORMATS = ("delta", *FILE_FORMATS, KAFKA)
 KAFKA_VALUE_FORMATS = ("json",)
 DEFAULT_KAFKA_VALUE = "to_json(struct(*))"  # a Kafka sink's message value: the whole row as JSON
 OUTPUT_MODES = ("append", "complete", "update")
+TIMEOUTS = ("event_time", "none")  # a stateful function's timeout (GroupStateTimeout.EventTimeTimeout / NoTimeout)
 TRIGGERS = ("availableNow", "once", "processingTime")
 SCHEMA_DRIFT = ("rescue", "add", "fail")  # what a json source does with fields its schema does not name
 JOIN_TYPES = ("inner", "left_outer")  # stream-stream joins; left_outer: also each unmatched `from` row, with nulls
@@ -193,6 +195,26 @@ class Transform:
 
 
 @dataclass(frozen=True)
+class Stateful:
+    """Arbitrary per-key state: `function(key, rows, state, **options)` run by Spark's `applyInPandasWithState`.
+
+    The state lives in the table's checkpoint (one row of `state_schema` per key); with an `event_time` timeout the
+    function is called again for a key once the watermark passes the time it set, with no rows.
+    """
+
+    function: str  # "package.module:function"
+    key: tuple[str, ...]
+    output_schema: str  # Spark DDL of the rows the function yields
+    state_schema: str  # Spark DDL of the per-key state row
+    timeout: str = "event_time"
+    options: Mapping[str, Any] = field(default_factory=dict)  # keyword arguments for the function
+
+    @property
+    def output_columns(self) -> tuple[str, ...]:
+        return ddl_columns(self.output_schema)
+
+
+@dataclass(frozen=True)
 class Sink:
     """Where a table's rows go: a Delta table (default), or files written by Spark's own file sink.
 
@@ -239,6 +261,7 @@ class Table:
     expectations: str | None = None
     sink: Sink = Sink()
     join: Join | None = None
+    stateful: Stateful | None = None
 
     @property
     def id(self) -> str:
@@ -264,17 +287,17 @@ class Table:
 
     @property
     def is_stateful(self) -> bool:
-        return bool(self.dedup_keys or self.aggregate or self.join)
+        return bool(self.dedup_keys or self.aggregate or self.join or self.stateful)
 
     @property
     def merges(self) -> bool:
-        """An update-mode aggregate: each batch holds the new value of changed keys, MERGEd into the table."""
-        return self.output_mode == "update" and self.aggregate is not None
+        """An update-mode aggregate or stateful function: each batch's rows are MERGEd into the table on `keys`."""
+        return self.output_mode == "update" and (self.aggregate is not None or self.stateful is not None)
 
     @property
     def query_output_mode(self) -> str:
         """The mode Spark runs: update on a dedup-only table emits exactly what append does, so run append."""
-        return "append" if self.output_mode == "update" and not self.aggregate else self.output_mode
+        return "append" if self.output_mode == "update" and not self.merges else self.output_mode
 
     @property
     def aggregate_keys(self) -> tuple[str, ...]:
@@ -605,17 +628,65 @@ class _Loader:
 
     def ddl(self, where: str, text: str) -> None:
         """Light DDL check without a JVM: `name TYPE` pairs separated by top-level commas."""
-        depth, start, columns = 0, 0, []
-        for i, char in enumerate(text + ","):
-            depth += char in "<(" and 1 or char in ">)" and -1 or 0
-            if char == "," and depth == 0:
-                columns.append(text[start:i].strip())
-                start = i + 1
-        for column in columns:
+        for column in _ddl_parts(text):
             parts = column.replace("`", "").split(None, 1)
             base = parts[1].split("<")[0].split("(")[0].strip().lower() if len(parts) == 2 else ""
             if len(parts) != 2 or base.split()[0] not in _DDL_TYPES:
                 self.problem(where, f"{column!r} is not 'name TYPE'", "write Spark DDL, e.g. 'Device STRING, x DOUBLE'")
+
+    def stateful(self, where: str, raw: Any) -> Stateful | None:
+        if raw is None:
+            return None
+        spec = self.fields(where, raw, {"function": True, "key": True, "output_schema": True, "state_schema": True,
+                                        "timeout": False, "options": False})  # fmt: skip
+        if not spec:
+            return None
+        options = spec.get("options") or {}
+        if not isinstance(options, dict):
+            self.problem(f"{where}.options", "expected a mapping of keyword arguments for the function",
+                         "e.g. options: {timestamp: ts, gap: 30 minutes}")  # fmt: skip
+            options = {}
+        function = str(spec.get("function") or "")
+        if "function" in spec and not _FUNCTION_REF.match(function):
+            self.problem(f"{where}.function", f"{function!r} is not 'module:function'",
+                         "e.g. spark_jobs.transforms.sessions:sessions")  # fmt: skip
+        elif function:
+            for field_name, message, fix in function_problems(function, [str(k) for k in options]):
+                self.problem(f"{where}.{field_name}", message, fix)
+        key = self.columns(f"{where}.key", spec.get("key"))
+        if "key" in spec and spec.get("key") in (None, [], ""):
+            self.problem(f"{where}.key", "a stateful function keeps one state per key, and no key column is given",
+                         "e.g. key: [Device]")  # fmt: skip
+        for name in ("output_schema", "state_schema"):
+            if name in spec:
+                self.ddl(f"{where}.{name}", str(spec.get(name) or ""))
+        arrays = [c for c in _ddl_parts(str(spec.get("state_schema") or "")) if re.search(r"\barray\s*<", c, re.I)]
+        if arrays:
+            self.problem(f"{where}.state_schema", f"{', '.join(map(repr, arrays))}: PySpark 4.2's Python worker cannot "
+                         "read an ARRAY column of a state schema (the query fails on its first batch)",
+                         "keep the list in a STRING column (e.g. JSON), as spark_jobs.transforms.sessions does")  # fmt: skip
+        timeout = str(spec.get("timeout", "event_time"))
+        if timeout not in TIMEOUTS:
+            self.problem(f"{where}.timeout", f"unknown timeout {timeout!r}",
+                         "use event_time (the function is called again once the watermark passes the time it set) or "
+                         "none")  # fmt: skip
+        return Stateful(function, key, str(spec.get("output_schema") or ""), str(spec.get("state_schema") or ""),
+                        timeout, {str(k): v for k, v in options.items()})  # fmt: skip
+
+    def stateful_rules(self, where: str, table: Table) -> None:
+        """What applyInPandasWithState needs from the rest of the table."""
+        stateful = table.stateful
+        assert stateful is not None
+        others = [name for name, present in (("aggregate", table.aggregate), ("dedup", table.dedup_keys)) if present]
+        if others:
+            moved = " and ".join(others)
+            self.problem(f"{where}.stateful", f"a stateful function cannot share a table with {' or '.join(others)} "
+                         "(two stateful operators in one query, each with its own output-mode rules)",
+                         f"move the {moved} to the table this one reads (or to one that reads it)")  # fmt: skip
+        if stateful.timeout == "event_time" and not table.watermark:
+            self.problem(f"{where}.stateful.timeout", "an event_time timeout fires once the watermark passes the time "
+                         "the function set, and this table has no watermark",
+                         "add 'watermark: {column: <event time>, delay: ...}', or use timeout: none")  # fmt: skip
 
     def rate_limit(self, where: str, raw: Any, kafka: bool = False) -> RateLimit:
         if raw is None:
@@ -641,7 +712,7 @@ class _Loader:
         spec = self.fields(where, raw, {
             "from": True, "description": False, "transform": False, "watermark": False, "dedup": False,
             "aggregate": False, "order_by": False, "output_mode": False, "trigger": False, "rate_limit": False,
-            "keys": False, "expectations": False, "sink": False, "join": False,
+            "keys": False, "expectations": False, "sink": False, "join": False, "stateful": False,
         })  # fmt: skip
         if not _TABLE_ID.match(table_id):
             self.problem(where, f"{table_id!r} is not '<layer>.<name>'",
@@ -672,10 +743,13 @@ class _Loader:
             expectations=str(spec["expectations"]) if spec.get("expectations") else None,
             sink=self.sink(f"{where}.sink", spec.get("sink")),
             join=self.join(f"{where}.join", spec.get("join")),
+            stateful=self.stateful(f"{where}.stateful", spec.get("stateful")),
         )  # fmt: skip
         self.streaming_rules(where, table)
         if table.join:
             self.join_rules(where, table)
+        if table.stateful:
+            self.stateful_rules(where, table)
         if table.sink.is_file:
             self.file_sink_rules(where, table)
         if table.sink.is_kafka:
@@ -811,11 +885,11 @@ class _Loader:
             self.problem(f"{where}.output_mode", f"a stream-stream join emits each joined row once and runs in "
                          f"append mode only, not {table.output_mode}",
                          f"use output_mode: append, and aggregate in a table with 'from: {table.id}'")  # fmt: skip
-        if table.aggregate or table.dedup_keys:
-            what = "aggregate" if table.aggregate else "dedup"
-            self.problem(f"{where}.{what}", f"a join table cannot also {what} (one stateful step per table keeps "
-                         "each table's state and its checkpoint rules simple)",
-                         f"{what} in a table with 'from: {table.id}'")  # fmt: skip
+        if table.aggregate or table.dedup_keys or table.stateful:
+            what = "aggregate" if table.aggregate else "dedup" if table.dedup_keys else "stateful"
+            self.problem(f"{where}.{what}", f"a join table cannot also {'run a stateful function' if table.stateful else what} "
+                         "(one stateful step per table keeps each table's state and its checkpoint rules simple)",
+                         f"do it in a table with 'from: {table.id}'")  # fmt: skip
         if table.expectations:
             self.problem(f"{where}.expectations", "a join table cannot be gated: `millpond check` replays one "
                          "upstream's Delta versions, and a join reads two",
@@ -908,7 +982,11 @@ class _Loader:
     def streaming_rules(self, where: str, table: Table) -> None:
         """Reject what Structured Streaming would only reject at run time (or never, silently)."""
         agg, mark = table.aggregate, table.watermark
-        if table.output_mode == "complete" and not agg:
+        if table.output_mode == "complete" and table.stateful:
+            self.problem(f"{where}.output_mode", "a stateful function emits its rows itself, so Spark cannot rewrite "
+                         "its whole result every batch (complete mode)",
+                         "use output_mode: append (each row written once) or update (rows MERGEd on keys)")  # fmt: skip
+        elif table.output_mode == "complete" and not agg:
             self.problem(f"{where}.output_mode", "complete mode needs an aggregation",
                          "add an 'aggregate:' block, or use output_mode: append")  # fmt: skip
         if table.output_mode == "append" and agg:
@@ -950,6 +1028,9 @@ class _Loader:
 
     def update_rules(self, where: str, table: Table) -> None:
         """Update mode MERGEs each batch on the table's keys: they must identify exactly one aggregate row."""
+        if table.stateful:
+            self.stateful_update_rules(where, table)
+            return
         if not table.aggregate:
             if not table.dedup_keys:
                 self.problem(f"{where}.output_mode", "update mode rewrites aggregate rows in place, and this table "
@@ -968,6 +1049,21 @@ class _Loader:
             self.problem(f"{where}.expectations", "a gate cannot set rows of an update-mode table aside: each row is "
                          "the latest value of its key, so holding one back would leave the key's stale value in the "
                          "table", "gate the upstream table, or use output_mode: append or complete")  # fmt: skip
+
+    def stateful_update_rules(self, where: str, table: Table) -> None:
+        """A stateful function in update mode: its rows are MERGEd on `keys`, which must be columns it outputs."""
+        columns = table.stateful.output_columns if table.stateful else ()
+        if not table.keys:
+            self.problem(f"{where}.keys", "update mode MERGEs each batch into the table on its keys, and none are "
+                         "given", f"add keys: [...] naming output_schema columns ({', '.join(columns)})")  # fmt: skip
+        missing = [key for key in table.keys if key not in columns]
+        if missing:
+            self.problem(f"{where}.keys", f"{', '.join(missing)} not in the stateful function's output_schema",
+                         f"use columns of output_schema: {', '.join(columns)}")  # fmt: skip
+        if table.expectations:
+            self.problem(f"{where}.expectations", "a gate cannot set rows of an update-mode table aside: each row is "
+                         "the latest value of its key, so holding one back would leave the key's stale value in the "
+                         "table", "gate the upstream table, or use output_mode: append")  # fmt: skip
 
     def window_rules(self, where: str, window: Window) -> None:
         duration, slide = duration_seconds(window.duration), duration_seconds(window.slide)
@@ -1083,6 +1179,88 @@ def signed_seconds(text: str | None) -> int | None:
     if not _SIGNED_DURATION.match(value):
         return None
     return -duration_seconds(value[1:]) if value.startswith("-") else duration_seconds(value)  # type: ignore[operator]
+
+
+def _ddl_parts(text: str) -> list[str]:
+    """A DDL string's column definitions: split at commas outside <...> and (...)."""
+    depth, start, columns = 0, 0, []
+    for i, char in enumerate(text + ","):
+        depth += char in "<(" and 1 or char in ">)" and -1 or 0
+        if char == "," and depth == 0:
+            columns.append(text[start:i].strip())
+            start = i + 1
+    return columns
+
+
+def ddl_columns(text: str) -> tuple[str, ...]:
+    """Column names of a DDL string ('a STRING, b BIGINT' -> ('a', 'b'))."""
+    return tuple(part.split(None, 1)[0].strip("`") for part in _ddl_parts(text) if part.split())
+
+
+_NOT_CALLABLE = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.ListComp, ast.DictComp,
+                 ast.SetComp)  # fmt: skip
+
+
+def function_problems(reference: str, options: list[str]) -> list[tuple[str, str, str]]:
+    """Why `module:function` cannot be called as function(key, rows, state, **options): (field, message, fix).
+
+    Read from the module's source with `ast`, never imported: validation runs user code no more than it starts a
+    JVM. A name bound in a way the source cannot tell (an import, a call's result) is given the benefit of the doubt.
+    """
+    module, name = reference.split(":")
+    found = _find_module(module)
+    if found is None:
+        return [("function", f"module {module!r} not found", "put transforms in spark_jobs/transforms/<module>.py")]
+    origin = str(found.origin or "")
+    if not origin.endswith(".py"):
+        return []
+    try:
+        tree = ast.parse(Path(origin).read_text(), origin)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return [("function", f"module {module!r} cannot be read ({type(exc).__name__}: {exc})", f"fix {origin}")]
+    binding: Any = None
+    for node in tree.body:  # the last top-level binding wins, as at import time
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            binding = node
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            binding = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            binding = node.value
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in node.names):
+            binding = node
+    if binding is None:
+        return [("function", f"{name!r} is not defined in module {module!r} ({origin})",
+                 f"define 'def {name}(key, rows, state, ...)' there, or fix the name")]  # fmt: skip
+    if isinstance(binding, _NOT_CALLABLE):
+        return [("function", f"{module}.{name} is not callable (a {type(binding).__name__.lower()} value)",
+                 "point 'function' at a def taking (key, rows, state, **options)")]  # fmt: skip
+    if not isinstance(binding, ast.FunctionDef):
+        return []
+    return _option_problems(binding, options)
+
+
+def _option_problems(fn: ast.FunctionDef, options: list[str]) -> list[tuple[str, str, str]]:
+    """The spec's options against the def's parameters after (key, rows, state)."""
+    args = fn.args
+    positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+    if len(positional) < 3 and not args.vararg:
+        return [("function", f"{fn.name}({', '.join(positional)}) does not take (key, rows, state)",
+                 f"define it as 'def {fn.name}(key, rows, state, ...)'")]  # fmt: skip
+    first_default = len(positional) - len(args.defaults)
+    accepted = positional[3:] + [a.arg for a in args.kwonlyargs]
+    required = [p for i, p in enumerate(positional) if i >= 3 and i < first_default]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+    problems = []
+    if not args.kwarg:
+        for option in options:
+            if option not in accepted:
+                problems.append((f"options.{option}", f"{fn.name} takes no parameter {option!r}",
+                                 f"use its parameters: {', '.join(accepted) or 'none'}"))  # fmt: skip
+    for parameter in required:
+        if parameter not in options:
+            problems.append(("options", f"{fn.name} needs the option {parameter!r}",
+                             f"add it: options: {{{parameter}: ...}}"))  # fmt: skip
+    return problems
 
 
 def _join(where: str, key: Any) -> str:

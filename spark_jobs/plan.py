@@ -1,10 +1,12 @@
-"""Turn a table's spec into its streaming DataFrame: watermark -> join -> transform -> dedup -> aggregate -> sort.
+"""Turn a table's spec into its streaming DataFrame: watermark -> join -> transform -> stateful | dedup -> aggregate
+-> sort.
 
 No reads or writes here beyond the source handed in, so the same plan runs on a static frame in tests.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from functools import reduce
@@ -12,9 +14,10 @@ from functools import reduce
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from millpond.spec import Table, Transform, signed_seconds
+from millpond.spec import Stateful, Table, Transform, signed_seconds
 
 LEFT, RIGHT = "_from", "_with"  # the two sides of a join, while its condition is built
+TIMEOUTS = {"event_time": "EventTimeTimeout", "none": "NoTimeout"}  # spec -> pyspark GroupStateTimeout
 
 
 def plan_table(source: DataFrame, table: Table, joined: DataFrame | None = None) -> DataFrame:
@@ -27,6 +30,8 @@ def plan_table(source: DataFrame, table: Table, joined: DataFrame | None = None)
         df = join(df, joined, table)
     if table.transform:
         df = apply_transform(df, table.transform)
+    if table.stateful:
+        df = apply_stateful(df, table.stateful, table.query_output_mode)
     if table.dedup_keys:
         df = deduplicate(df, table)
     if table.aggregate:
@@ -70,6 +75,33 @@ def apply_transform(df: DataFrame, transform: Transform) -> DataFrame:
 def load_function(reference: str) -> Callable[[DataFrame], DataFrame]:
     module, name = reference.split(":")
     return getattr(importlib.import_module(module), name)
+
+
+def apply_stateful(df: DataFrame, stateful: Stateful, output_mode: str) -> DataFrame:
+    """Group by the key and run the function with its state: `function(key, rows, state, **options)`.
+
+    applyInPandasWithState, not transformWithStateInPandas: the state is one row per key whose schema the spec
+    declares (so a change is caught before Spark), the function is a plain `module:function` like any transform,
+    and the event-time timeout is the course's GroupState pattern (README "Stateful functions").
+    """
+    function = functools.partial(
+        call_stateful, load_function(stateful.function), dict(stateful.options), list(stateful.output_columns)
+    )
+    return df.groupBy(*stateful.key).applyInPandasWithState(
+        function, stateful.output_schema, stateful.state_schema, output_mode, TIMEOUTS[stateful.timeout]
+    )
+
+
+def call_stateful(function, options: dict, columns: list[str], key, rows, state):
+    """Run the user's function; name integer-labelled output columns by position from `output_schema`.
+
+    PySpark 4.2 reads integer labels as no match and writes nulls, so a function that does not know what the spec
+    calls the key columns (a generic one, like sessions) yields them by position and gets them named here.
+    """
+    for frame in function(key, rows, state, **options):
+        if len(frame.columns) == len(columns) and not all(isinstance(c, str) for c in frame.columns):
+            frame = frame.set_axis(columns, axis=1)
+        yield frame
 
 
 def deduplicate(df: DataFrame, table: Table) -> DataFrame:

@@ -376,6 +376,29 @@ def join_in_a_cycle(spec):
     spec["tables"][JOINED]["join"]["with"] = "silver.later"
 
 
+SESSIONS_STATE = "open_sessions STRING"
+
+
+def with_stateful(table_changes: dict | None = None, **stateful_changes):
+    """Mutation: a gold.sessions table running the shipped sessions function (plus changes to it)."""
+
+    def mutate(spec):
+        stateful = {"function": "spark_jobs.transforms.sessions:sessions", "key": ["Device"],
+                    "output_schema": "Device STRING, session_start TIMESTAMP, session_end TIMESTAMP, events BIGINT",
+                    "state_schema": SESSIONS_STATE, "timeout": "event_time",
+                    "options": {"timestamp": "Recorded_At", "gap": "30 minutes"}}  # fmt: skip
+        stateful.update(stateful_changes)
+        table = {"from": "silver.activity", "watermark": {"column": "Recorded_At", "delay": "1 hour"},
+                 "stateful": stateful}  # fmt: skip
+        table.update(table_changes or {})
+        spec["tables"]["gold.sessions"] = {k: v for k, v in table.items() if v is not None}
+
+    return mutate
+
+
+WHERE = "tables.gold.sessions"
+
+
 @pytest.mark.parametrize(
     ("mutate", "field", "message", "fix"),
     [
@@ -485,10 +508,16 @@ def test_a_run_needing_an_unset_kafka_address_is_refused_before_spark(tmp_path, 
          "runs in append mode only, not update", f"Fix: use output_mode: append, and aggregate in a table with "
          f"'from: {JOINED}'"),
         (joined(aggregate={"group_by": ["ad_id"], "measures": {"clicks": "count(click_id)"}}, output_mode="complete"),
-         f"tables.{JOINED}.aggregate", "a join table cannot also aggregate", f"Fix: aggregate in a table with "
+         f"tables.{JOINED}.aggregate", "a join table cannot also aggregate", f"Fix: do it in a table with "
          f"'from: {JOINED}'"),
         (joined(dedup={"keys": ["impression_id", "impression_time"]}), f"tables.{JOINED}.dedup",
-         "a join table cannot also dedup", f"Fix: dedup in a table with 'from: {JOINED}'"),
+         "a join table cannot also dedup", f"Fix: do it in a table with 'from: {JOINED}'"),
+        (joined(stateful={"function": "spark_jobs.transforms.sessions:sessions", "key": ["ad_id"],
+                          "output_schema": "ad_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, events BIGINT",
+                          "state_schema": "open_sessions STRING",
+                          "options": {"timestamp": "impression_time", "gap": "30 minutes"}}),
+         f"tables.{JOINED}.stateful", "a join table cannot also run a stateful function",
+         f"Fix: do it in a table with 'from: {JOINED}'"),
         (joined(expectations=f"clicks.{JOINED}"), f"tables.{JOINED}.expectations", "a join table cannot be gated",
          f"Fix: gate a table with 'from: {JOINED}'"),
         (join_block(**{"with": "landing.clicks"}), f"tables.{JOINED}.join.with", "landing.clicks is a landing "
@@ -548,3 +577,75 @@ def test_join_tables_load_after_both_upstreams_and_full_refresh_follows_either_s
         rebuilt = pipeline.downstream([side])
         assert set(rebuilt) == {side, "silver.early_clicks", JOINED, "gold.ad_clicks"}
         assert rebuilt.index(JOINED) < rebuilt.index("gold.ad_clicks")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "message", "fix"),
+    [
+        (with_stateful(function="spark_jobs.transforms.sessions.sessions"), f"{WHERE}.stateful.function",
+         "is not 'module:function'", "Fix: e.g. spark_jobs.transforms.sessions:sessions"),
+        (with_stateful(function="spark_jobs.transforms.visits:sessions"), f"{WHERE}.stateful.function",
+         "module 'spark_jobs.transforms.visits' not found", "Fix: put transforms in spark_jobs/transforms/"),
+        (with_stateful(function="spark_jobs.transforms.sessions:sesions"), f"{WHERE}.stateful.function",
+         "'sesions' is not defined in module 'spark_jobs.transforms.sessions'",
+         "Fix: define 'def sesions(key, rows, state, ...)' there, or fix the name"),
+        (with_stateful(function="spark_jobs.transforms.sessions:STATE_SCHEMA"), f"{WHERE}.stateful.function",
+         "spark_jobs.transforms.sessions.STATE_SCHEMA is not callable",
+         "Fix: point 'function' at a def taking (key, rows, state, **options)"),
+        (with_stateful(function="spark_jobs.transforms.sessions:gap_ms"), f"{WHERE}.stateful.function",
+         "gap_ms(gap) does not take (key, rows, state)", "Fix: define it as 'def gap_ms(key, rows, state, ...)'"),
+        (with_stateful(options={"timestamp": "Recorded_At", "gap": "30 minutes", "gapp": 1}),
+         f"{WHERE}.stateful.options.gapp", "sessions takes no parameter 'gapp'",
+         "Fix: use its parameters: timestamp, gap"),
+        (with_stateful(options={"timestamp": "Recorded_At"}), f"{WHERE}.stateful.options",
+         "sessions needs the option 'gap'", "Fix: add it: options: {gap: ...}"),
+        (with_stateful({"output_mode": "complete"}), f"{WHERE}.output_mode",
+         "a stateful function emits its rows itself", "Fix: use output_mode: append (each row written once) or "
+         "update"),
+        (with_stateful({"watermark": None}), f"{WHERE}.stateful.timeout",
+         "an event_time timeout fires once the watermark passes the time the function set, and this table has no "
+         "watermark", "Fix: add 'watermark: {column: <event time>, delay: ...}', or use timeout: none"),
+        (with_stateful(timeout="processing_time"), f"{WHERE}.stateful.timeout", "unknown timeout 'processing_time'",
+         "Fix: use event_time"),
+        (with_stateful({"aggregate": {"group_by": ["Device"], "measures": {"n": "count(*)"}}}),
+         f"{WHERE}.stateful", "a stateful function cannot share a table with aggregate",
+         "Fix: move the aggregate to the table this one reads (or to one that reads it)"),
+        (with_stateful({"dedup": {"keys": ["Device", "Index"]}}), f"{WHERE}.stateful",
+         "a stateful function cannot share a table with dedup", "Fix: move the dedup to the table this one reads"),
+        (with_stateful(output_schema="Device STRNG, events BIGINT"), f"{WHERE}.stateful.output_schema",
+         "'Device STRNG' is not 'name TYPE'", "Fix: write Spark DDL"),
+        (with_stateful(state_schema="open_sessions STRING, ends"), f"{WHERE}.stateful.state_schema",
+         "'ends' is not 'name TYPE'", "Fix: write Spark DDL"),
+        (with_stateful(state_schema="starts ARRAY<BIGINT>, n BIGINT"), f"{WHERE}.stateful.state_schema",
+         "'starts ARRAY<BIGINT>': PySpark 4.2's Python worker cannot read an ARRAY column of a state schema",
+         "Fix: keep the list in a STRING column (e.g. JSON)"),
+        (with_stateful(key=[]), f"{WHERE}.stateful.key", "no key column is given", "Fix: e.g. key: [Device]"),
+        (with_stateful(key=None), f"{WHERE}.stateful.key", "no key column is given", "Fix: e.g. key: [Device]"),
+        (with_stateful({"output_mode": "update"}), f"{WHERE}.keys", "update mode MERGEs each batch into the table "
+         "on its keys, and none are given", "Fix: add keys: [...] naming output_schema columns (Device, "
+         "session_start, session_end, events)"),
+        (with_stateful({"output_mode": "update", "keys": ["Device", "hour"]}), f"{WHERE}.keys",
+         "hour not in the stateful function's output_schema", "Fix: use columns of output_schema: Device,"),
+        (with_stateful({"output_mode": "update", "keys": ["Device"], "expectations": "activity.gold.sessions"}),
+         f"{WHERE}.expectations", "a gate cannot set rows of an update-mode table aside",
+         "Fix: gate the upstream table, or use output_mode: append"),
+        (with_stateful(timeot="none"), f"{WHERE}.stateful.timeot", "unknown field 'timeot'",
+         "did you mean 'timeout'?"),
+    ],
+)  # fmt: skip
+def test_stateful_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
+    assert_problem(problems_for(tmp_path, mutate), field, message, fix)
+
+
+def test_a_stateful_table_loads_and_counts_as_stateful(tmp_path):
+    spec = copy.deepcopy(ACTIVITY)
+    with_stateful({"output_mode": "update", "keys": ["Device"]}, timeout="none",
+                  function="spark_jobs.transforms.sessions:latest_session")(spec)  # fmt: skip
+    spec["tables"]["gold.latest"] = spec["tables"].pop("gold.sessions")
+    with_stateful()(spec)
+    pipeline = load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")
+    sessions, latest = pipeline.tables["gold.sessions"], pipeline.tables["gold.latest"]
+    assert sessions.stateful.key == ("Device",) and sessions.stateful.options["gap"] == "30 minutes"
+    assert sessions.is_stateful and not sessions.merges and sessions.query_output_mode == "append"
+    assert sessions.stateful.output_columns == ("Device", "session_start", "session_end", "events")
+    assert latest.merges and latest.query_output_mode == "update" and latest.stateful.timeout == "none"
