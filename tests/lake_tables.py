@@ -9,6 +9,12 @@ from millpond import paths
 ISO = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
 
 
+def event_log(spark, run_id: str) -> dict:
+    """One run's event-log rows by table id."""
+    df = spark.read.format("delta").load(str(paths.event_log_path()))
+    return {r.table: r for r in df.where(df.run_id == run_id).collect()}
+
+
 def read(spark, table_id: str):
     return spark.read.format("delta").load(str(paths.table_path(table_id)))
 

@@ -26,6 +26,7 @@ from millpond import checkpoints, paths
 from millpond.delta_log import latest_version
 from millpond.spec import load_pipeline
 from spark_jobs import runner
+from tests.lake_tables import event_log
 
 pytestmark = pytest.mark.integration
 
@@ -152,11 +153,6 @@ def read_gold(spark) -> dict[str, tuple[int, int]]:
     table = {r.ad_id: (r.clicks, r.impressions_without_click) for r in rows}
     assert len(table) == len(rows), "gold holds an ad twice"
     return table
-
-
-def event_log(spark, run_id: str) -> dict:
-    df = spark.read.format("delta").load(str(paths.event_log_path()))
-    return {r.table: r for r in df.where(df.run_id == run_id).collect()}
 
 
 @pytest.fixture(scope="module")

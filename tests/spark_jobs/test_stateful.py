@@ -28,6 +28,7 @@ from millpond.delta_log import latest_version
 from millpond.spec import load_pipeline
 from spark_jobs import runner
 from spark_jobs.transforms.sessions import STATE_SCHEMA
+from tests.lake_tables import event_log
 
 pytestmark = pytest.mark.integration
 
@@ -175,11 +176,6 @@ def read_latest(spark) -> dict[str, tuple]:
     table = {r.device: (minutes(r.session_start), minutes(r.session_end), r.events, r.active) for r in rows}
     assert len(table) == len(rows), "gold.device_latest holds a device twice"
     return table
-
-
-def event_log(spark, run_id: str) -> dict:
-    df = spark.read.format("delta").load(str(paths.event_log_path()))
-    return {r.table: r for r in df.where(df.run_id == run_id).collect()}
 
 
 @pytest.fixture(scope="module")

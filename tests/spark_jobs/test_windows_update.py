@@ -26,6 +26,7 @@ from millpond.delta_log import latest_version
 from millpond.spec import load_pipeline
 from spark_jobs import runner
 from spark_jobs.streaming import BatchWriter, RunContext, TableResult
+from tests.lake_tables import event_log
 
 pytestmark = pytest.mark.integration
 
@@ -174,11 +175,6 @@ def read_gold(spark, table_id: str) -> dict[tuple, tuple[int, int]]:
     table = {((r.start - int(T0.timestamp())) // 60, r.device): (r.readings, r.total) for r in rows}
     assert len(table) == len(rows), f"{table_id} holds a key twice"
     return table
-
-
-def event_log(spark, run_id: str) -> dict:
-    df = spark.read.format("delta").load(str(paths.event_log_path()))
-    return {r.table: r for r in df.where(df.run_id == run_id).collect()}
 
 
 @pytest.fixture(scope="module")
