@@ -51,6 +51,29 @@ def test_rescue_is_the_default_new_fields_kept_as_json(spark, lake):
     assert bronze.where("_rescued_data IS NOT NULL").count() == 2
 
 
+@pytest.mark.parametrize("line", [
+    '{"a": 1, "b": "x"}',
+    '{ "a" : 1 , "b" : "x" }',                       # spaces around every colon, no new field
+    '{"a": 1, "extra" : 2}',                          # a new key with a space before its colon
+    '{"a":1,"extra"\t:2}',                            # ... and with a tab
+    '{"a": 1, "b": "she said \\": hi", "c": 3}',     # an escaped quote and colon inside a value, then a new key
+    '{"a": 1, "b": "x\\" ", "nested": {"c": 1}}',    # a quote then a space inside a value, a new nested key
+    '{"a": 1, "b": "x", "c": {"d" : {"e": 1}}}',      # more key marks than keys at the top level
+])  # fmt: skip
+def test_new_top_level_keys_are_found_however_the_line_is_spaced(spark, line):
+    """The key count that skips the second parse is exact for any spacing: a new key is never missed."""
+    from pyspark.sql.types import StructType
+
+    from spark_jobs import sources
+
+    schema = StructType.fromDDL("a BIGINT, b STRING")
+    lines = spark.createDataFrame([(line, "f.json")], f"value STRING, {sources.SOURCE_FILE} STRING")
+    row = sources.parse_json_lines(lines, schema).first()
+    new = sorted(set(json.loads(line)) - {"a", "b"})
+    assert (row[sources.ERROR], sorted(row[sources.NEW_FIELDS] or [])) == (None, new)
+    assert (json.loads(row[sources.RESCUED]) if new else None) == ({k: json.loads(line)[k] for k in new} or None)
+
+
 def test_add_evolves_bronze_and_the_pipeline_keeps_running_through_gold(spark, lake, tmp_path, monkeypatch):
     use_activity_spec(tmp_path, monkeypatch, "add")
     folder = lake / "landing" / "activity"
