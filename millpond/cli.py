@@ -49,7 +49,7 @@ def cmd_preview(argv: list[str]) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from millpond.generate import activity_files, clicks_files
+    from millpond.generate import activity_files, campaigns_file, clicks_files
 
     if args.pipeline not in ("activity", "clicks"):
         print(f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks)",
@@ -59,7 +59,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.pipeline == "clicks":
         folders = [paths.landing_path(pipeline.sources[f"landing.{s}"].path) for s in ("impressions", "clicks")]
         landed = clicks_files(*folders, files=args.files, rows=args.rows, seed=args.seed)
-        print(f"landed {len(landed) // 2} rounds x {args.rows} impressions (and their clicks) in {folders[0].parent}")
+        campaigns = paths.landing_path(pipeline.sources["landing.campaigns"].path)
+        if not campaigns.exists():  # the dimension is the user's to edit: written once, never overwritten
+            campaigns_file(campaigns)
+        print(f"landed {len(landed) // 2} rounds x {args.rows} impressions (and their clicks) in {folders[0].parent}"
+              f"; the campaigns dimension is {campaigns}")  # fmt: skip
         return 0
     folder = paths.landing_path(pipeline.sources["landing.activity"].path)
     landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)

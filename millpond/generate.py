@@ -19,6 +19,10 @@ USERS = tuple("abcdefghi")
 SECONDS_PER_FILE = 300  # each file covers five minutes of recordings
 ADS = tuple(f"ad_{n}" for n in range(1, 6))
 IMPRESSION_SECONDS_PER_FILE = 3600  # each clicks-pipeline round covers one hour of impressions
+# The clicks pipeline's campaigns dimension: ad -> (campaign, advertiser). ad_5 has no campaign on purpose: the
+# left_outer lookup counts its impressions as 'unattributed'.
+CAMPAIGNS = {"ad_1": ("autumn_sale", "acme"), "ad_2": ("autumn_sale", "acme"), "ad_3": ("brand_launch", "globex"),
+             "ad_4": ("retargeting", "globex")}  # fmt: skip
 
 
 def land_file(folder: Path, name: str, lines: list[str]) -> Path:
@@ -111,3 +115,14 @@ def clicks_files(impressions: Path, clicks: Path, files: int, rows: int, click_r
         landed.append(land_file(impressions, f"impressions-{k:06d}.json", shown))
         landed.append(land_file(clicks, f"clicks-{k:06d}.json", clicked))
     return landed
+
+
+def campaigns_file(folder: Path, campaigns: dict[str, tuple[str, str]] | None = None) -> Path:
+    """Land the campaigns dimension as folder/campaigns.csv (header ad_id,campaign,advertiser), replacing it whole.
+
+    Atomic like every landed file: a run that starts meanwhile reads the old dimension or the new one, never half.
+    """
+    rows = CAMPAIGNS if campaigns is None else campaigns
+    lines = ["ad_id,campaign,advertiser", *(f"{ad},{campaign},{advertiser}" for ad, (campaign, advertiser) in
+                                           sorted(rows.items()))]  # fmt: skip
+    return land_file(folder, "campaigns.csv", lines)

@@ -40,6 +40,11 @@ TIMEOUTS = ("event_time", "none")  # a stateful function's timeout (GroupStateTi
 TRIGGERS = ("availableNow", "once", "processingTime")
 SCHEMA_DRIFT = ("rescue", "add", "fail")  # what a json source does with fields its schema does not name
 JOIN_TYPES = ("inner", "left_outer")  # stream-stream joins; left_outer: also each unmatched `from` row, with nulls
+LOOKUP_TYPES = ("inner", "left_outer")  # stream-static joins, the stream on the left (what Spark supports)
+# What Spark refuses for a stream-static join with the stream on the left: each unmatched dimension row would have to
+# wait for the end of an unbounded stream.
+_STREAM_LEFT_UNSUPPORTED = ("right_outer", "right", "full_outer", "full", "outer")
+STATIC_FORMATS = (*FILE_FORMATS, "delta")  # a static source (a dimension) is read whole each run
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 LANDING = "landing"  # sources are referenced as `landing.<source name>`
 
@@ -116,6 +121,9 @@ class FileSource:
     # json only. rescue: unknown fields kept as JSON in bronze's `_rescued_data`; add: each becomes a (string)
     # bronze column; fail: the run stops before writing the batch. README "Bad input and schema drift".
     schema_drift: str = "rescue"
+    # A dimension: read whole, in batch, by each run of a table that looks it up (`lookup:`); never streamed, so it
+    # has no checkpoint and no quarantine, and a change to it is not new input (README "Joins").
+    static: bool = False
 
     @property
     def id(self) -> str:
@@ -183,6 +191,19 @@ class Join:
     using: tuple[str, ...]  # key columns, named alike on both sides (SQL's JOIN ... USING)
     watermark: Watermark | None  # on the `with` side; the `from` side's is the table's own `watermark`
     time_range: tuple[str, str]  # (min, max) of `with` time minus `from` time, signed durations
+    type: str = "inner"
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A stream-static join: each row of the table's stream matched with the rows of a static source (a dimension).
+
+    Stateless: the dimension is read whole when a run starts, so a dimension changed between runs applies to the
+    rows processed from then on; rows already written keep the values they were joined with.
+    """
+
+    dimension: str  # a static source's id, `landing.<name>`
+    using: tuple[str, ...]  # key columns, named alike on both sides
     type: str = "inner"
 
 
@@ -262,6 +283,7 @@ class Table:
     sink: Sink = Sink()
     join: Join | None = None
     stateful: Stateful | None = None
+    lookup: Lookup | None = None  # not an upstream: a dimension is read whole each run, never streamed
 
     @property
     def id(self) -> str:
@@ -481,14 +503,22 @@ class _Loader:
     def file_source(self, name: str, raw: Any) -> FileSource | None:
         where = f"sources.{name}"
         spec = self.fields(where, raw, {"format": True, "path": True, "schema": False, "options": False,
-                                        "rate_limit": False, "schema_drift": False})  # fmt: skip
+                                        "rate_limit": False, "schema_drift": False, "static": False})  # fmt: skip
         if not _NAME.match(name):
             self.problem(where, f"{name!r} is not a valid source name", "use lower_snake_case")
+        static = self.boolean(f"{where}.static", spec.get("static", False))
         fmt = str(spec.get("format", ""))
-        if spec and fmt not in FILE_FORMATS:
-            self.problem(f"{where}.format", f"unknown format {fmt!r}", f"use one of {', '.join(SOURCE_FORMATS)}")
+        if spec and fmt not in (STATIC_FORMATS if static else FILE_FORMATS):
+            fix = (f"use one of {', '.join(STATIC_FORMATS)}" if static else f"use one of {', '.join(SOURCE_FORMATS)}"
+                   + (" (a delta dimension needs 'static: true')" if fmt == "delta" else ""))  # fmt: skip
+            self.problem(f"{where}.format", f"unknown format {fmt!r}", fix)
+        if static:
+            for name_ in ("rate_limit", "schema_drift"):
+                if name_ in spec:
+                    self.problem(f"{where}.{name_}", f"a static source is read whole each run, so {name_} does not "
+                                 "apply", "remove it, or drop 'static: true' to stream the source")  # fmt: skip
         schema = spec.get("schema")
-        if spec and not schema:
+        if spec and not schema and not (static and fmt == "delta"):
             self.problem(f"{where}.schema", "a file source needs a schema (inferring one per run drifts silently)",
                          "add 'schema:' with Spark DDL, e.g. 'id BIGINT, name STRING'")  # fmt: skip
         elif schema:
@@ -506,6 +536,7 @@ class _Loader:
             name=name, format=fmt, path=path, schema=str(schema or ""),
             options={str(k): str(v) for k, v in options.items()},
             rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit")), schema_drift=drift,
+            static=static,
         )  # fmt: skip
 
     def kafka_source(self, name: str, raw: Any) -> KafkaSource | None:
@@ -712,7 +743,7 @@ class _Loader:
         spec = self.fields(where, raw, {
             "from": True, "description": False, "transform": False, "watermark": False, "dedup": False,
             "aggregate": False, "order_by": False, "output_mode": False, "trigger": False, "rate_limit": False,
-            "keys": False, "expectations": False, "sink": False, "join": False, "stateful": False,
+            "keys": False, "expectations": False, "sink": False, "join": False, "stateful": False, "lookup": False,
         })  # fmt: skip
         if not _TABLE_ID.match(table_id):
             self.problem(where, f"{table_id!r} is not '<layer>.<name>'",
@@ -744,8 +775,12 @@ class _Loader:
             sink=self.sink(f"{where}.sink", spec.get("sink")),
             join=self.join(f"{where}.join", spec.get("join")),
             stateful=self.stateful(f"{where}.stateful", spec.get("stateful")),
+            lookup=self.lookup(f"{where}.lookup", spec.get("lookup")),
         )  # fmt: skip
         self.streaming_rules(where, table)
+        if table.lookup and table.reads_source:
+            self.problem(f"{where}.lookup", "a table reading landing files or Kafka ingests them as they are (with "
+                         "quarantine)", f"look the dimension up in a table with 'from: {table.id}'")  # fmt: skip
         if table.join:
             self.join_rules(where, table)
         if table.stateful:
@@ -781,6 +816,66 @@ class _Loader:
             watermark=self.watermark(f"{where}.watermark", spec.get("watermark")),
             time_range=self.time_range(f"{where}.time_range", spec.get("time_range")), type=kind,
         )  # fmt: skip
+
+    def lookup(self, where: str, raw: Any) -> Lookup | None:
+        """A stream-static join. Stateless, so no watermark or time range; the stream stays on the left."""
+        if raw is None:
+            return None
+        if isinstance(raw, dict) and True in raw:  # YAML 1.1 reads a bare `on:` key as the boolean true
+            raw = {k: v for k, v in raw.items() if k is not True}
+            self.problem(f"{where}.on", "YAML reads the key 'on' as true, so it never names the join keys",
+                         "write the keys as using: [column, ...]")  # fmt: skip
+        if isinstance(raw, dict):
+            for name in ("watermark", "time_range"):
+                if name in raw:
+                    self.problem(f"{where}.{name}", "a lookup (stream-static join) keeps no state: each stream row "
+                                 f"is joined with the whole dimension as it is when the run starts, so a {name} "
+                                 "has nothing to bound", f"remove '{name}:' (a stream-stream join, which needs it, "
+                                 "is 'join:')")  # fmt: skip
+            raw = {k: v for k, v in raw.items() if k not in ("watermark", "time_range")}
+        spec = self.fields(where, raw, {"with": True, "using": True, "type": False})
+        kind = str(spec.get("type", "inner"))
+        if kind in _STREAM_LEFT_UNSUPPORTED:
+            self.problem(f"{where}.type", f"Spark does not run a {kind} stream-static join with the stream on the "
+                         "left: a dimension row nobody matched could only be emitted once the (unbounded) stream "
+                         "ends", "use inner or left_outer (every stream row once, with nulls when no dimension "
+                         "row matches)")  # fmt: skip
+        elif kind not in LOOKUP_TYPES:
+            self.problem(f"{where}.type", f"unknown lookup type {kind!r}",
+                         f"use one of {', '.join(LOOKUP_TYPES)} (inner: stream rows with a dimension row only; "
+                         "left_outer: every stream row, with nulls when none matches)")  # fmt: skip
+        using = self.columns(f"{where}.using", spec.get("using"))
+        if "using" in spec and not using:
+            self.problem(f"{where}.using", "a lookup needs at least one key column, equal on both sides",
+                         "write e.g. using: [ad_id]")  # fmt: skip
+        return Lookup(normalize_table_id(str(spec.get("with", ""))), using, kind)
+
+    def lookup_upstream_rules(self, sources: dict[str, Source], tables: dict[str, Table], table: Table) -> None:
+        """A lookup's `with` is a static source; its keys are columns of that source's schema."""
+        if not table.lookup or not table.lookup.dimension:
+            return
+        where, dimension = f"tables.{table.id}.lookup", table.lookup.dimension
+        static = [s.id for s in sources.values() if isinstance(s, FileSource) and s.static]
+        source = sources.get(dimension)
+        if dimension in tables:
+            self.problem(f"{where}.with", f"{dimension} is a table, and a lookup reads a static source",
+                         "join a table's stream with 'join:', or declare its folder as a source with 'static: true, "
+                         "format: delta' and look that up")  # fmt: skip
+        elif source is None:
+            self.problem(f"{where}.with", f"unknown dimension {dimension!r}",
+                         f"look up one of: {', '.join(static)}" if static else "declare it under 'sources:' with "
+                         "'static: true' (format, path, schema) and name it here as landing.<name>")  # fmt: skip
+        elif not (isinstance(source, FileSource) and source.static):
+            self.problem(f"{where}.with", f"{dimension} is a streaming source (new files or messages are read once "
+                         "each), and a lookup reads a dimension whole every run",
+                         f"mark sources.{source.name} 'static: true' if it is a dimension, or read it in a bronze "
+                         "table and join that with 'join:'")  # fmt: skip
+        elif source.schema:
+            columns = ddl_columns(source.schema)
+            missing = [key for key in table.lookup.using if key.lower() not in {c.lower() for c in columns}]
+            if missing:
+                self.problem(f"{where}.using", f"{', '.join(missing)} not in {dimension}'s schema",
+                             f"use columns of sources.{source.name}.schema: {', '.join(columns)}")  # fmt: skip
 
     def time_range(self, where: str, raw: Any) -> tuple[str, str]:
         """`{min: ..., max: ...}`: signed durations, min <= max (the `with` side's time minus the `from` side's)."""
@@ -1095,6 +1190,12 @@ class _Loader:
     def dependency_order(self, sources: dict[str, Source], tables: dict[str, Table]) -> dict[str, Table]:
         for table in tables.values():
             self.join_upstream_rules(sources, tables, table)
+            self.lookup_upstream_rules(sources, tables, table)
+            source = sources.get(table.source)
+            if isinstance(source, FileSource) and source.static:
+                self.problem(f"tables.{table.id}.from", f"{table.source} is a static source (a dimension, read whole "
+                             "each run), not a stream", f"read a streaming source, and look {table.source} up with "
+                             f"'lookup: {{with: {table.source}, using: [...]}}'")  # fmt: skip
             known = table.source in sources or table.source in tables
             if table.source and not known:
                 names = ", ".join([*sources, *tables])

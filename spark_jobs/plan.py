@@ -1,5 +1,5 @@
-"""Turn a table's spec into its streaming DataFrame: watermark -> join -> transform -> stateful | dedup -> aggregate
--> sort.
+"""Turn a table's spec into its streaming DataFrame: watermark -> join -> lookup -> transform -> stateful | dedup
+-> aggregate -> sort.
 
 No reads or writes here beyond the source handed in, so the same plan runs on a static frame in tests.
 """
@@ -20,14 +20,19 @@ LEFT, RIGHT = "_from", "_with"  # the two sides of a join, while its condition i
 TIMEOUTS = {"event_time": "EventTimeTimeout", "none": "NoTimeout"}  # spec -> pyspark GroupStateTimeout
 
 
-def plan_table(source: DataFrame, table: Table, joined: DataFrame | None = None) -> DataFrame:
-    """`joined` is the join's `with` side (sources.read_join_source); only a join table takes one."""
+def plan_table(source: DataFrame, table: Table, joined: DataFrame | None = None,
+               dimension: DataFrame | None = None) -> DataFrame:  # fmt: skip
+    """`joined` is the join's `with` side (sources.read_join_source); only a join table takes one. `dimension` is
+    a lookup's static side (sources.read_dimension); only a lookup table takes one."""
     df = source
     if table.watermark:
         df = df.withWatermark(table.watermark.column, table.watermark.delay)
     if table.join:
         assert joined is not None, f"{table.id} joins {table.join.with_table}: pass its stream"
         df = join(df, joined, table)
+    if table.lookup:
+        assert dimension is not None, f"{table.id} looks up {table.lookup.dimension}: pass the dimension"
+        df = lookup(df, dimension, table)
     if table.transform:
         df = apply_transform(df, table.transform)
     if table.stateful:
@@ -62,6 +67,22 @@ def join(left: DataFrame, right: DataFrame, table: Table) -> DataFrame:
     taken = {c.lower() for c in left.columns}
     extra = [c for c in right.columns if c.lower() not in taken]
     return matched.select(*[F.col(f"{LEFT}.`{c}`") for c in left.columns],
+                          *[F.col(f"{RIGHT}.`{c}`") for c in extra])  # fmt: skip
+
+
+def lookup(stream: DataFrame, dimension: DataFrame, table: Table) -> DataFrame:
+    """Stream-static join on equal keys: stateless, so no watermark, and nothing of it lives in the checkpoint.
+
+    Spark joins each micro-batch with the dimension as read when the query started. The row holds every stream
+    column, then each dimension column the stream does not have (keys once, with the stream's value), as `join`.
+    """
+    spec = table.lookup
+    assert spec is not None
+    keys = [F.col(f"{LEFT}.`{key}`") == F.col(f"{RIGHT}.`{key}`") for key in spec.using]
+    matched = stream.alias(LEFT).join(dimension.alias(RIGHT), reduce(lambda a, b: a & b, keys), spec.type)
+    taken = {c.lower() for c in stream.columns}
+    extra = [c for c in dimension.columns if c.lower() not in taken]
+    return matched.select(*[F.col(f"{LEFT}.`{c}`") for c in stream.columns],
                           *[F.col(f"{RIGHT}.`{c}`") for c in extra])  # fmt: skip
 
 

@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql.utils import CapturedException
 
     from spark_jobs.session import build_spark_session
+    from spark_jobs.sources import DimensionProblem
 
     spark = build_spark_session(f"millpond-preview:{pipeline.name}", pipeline.shuffle_partitions, args.master)
     checkpoint = Path(tempfile.mkdtemp(prefix="millpond-preview-"))
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         shown, stopped = run_preview(spark, pipeline, table, checkpoint, args.batches, args.rows)
     except CapturedException as exc:
         print(f"millpond preview: {table.id} failed: {str(exc).strip().splitlines()[0][:2000]}", file=sys.stderr)
+        return 1
+    except DimensionProblem as exc:  # a lookup's dimension is missing or holds a key twice
+        print(f"millpond preview: {table.id} failed: {exc}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
@@ -158,7 +162,8 @@ def run_preview(spark, pipeline: Pipeline, table: Table, checkpoint: Path, batch
     from spark_jobs.plan import plan_table
 
     pipeline, table = one_file_per_batch(pipeline, table)
-    df = plan_table(sources.read_table_source(spark, pipeline, table), table, sources.read_join_source(spark, table))
+    df = plan_table(sources.read_table_source(spark, pipeline, table), table, sources.read_join_source(spark, table),
+                    sources.read_dimension(spark, pipeline, table))  # fmt: skip
     printer = BatchPrinter(batches, rows, collect_all=bool(table.order_by))
     query = (
         df.writeStream.queryName(f"preview.{paths.query_name(pipeline.name, table.id)}")

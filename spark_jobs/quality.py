@@ -408,6 +408,7 @@ def check_main(argv: list[str] | None = None) -> int:
         return 2
     from spark_jobs.plan import plan_table
     from spark_jobs.session import build_spark_session
+    from spark_jobs.sources import DimensionProblem, read_dimension
 
     spark = build_spark_session(f"millpond-check:{pipeline.name}", pipeline.shuffle_partitions, args.master)
     run_id = f"check__{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
@@ -432,7 +433,12 @@ def check_main(argv: list[str] | None = None) -> int:
             print(f"millpond check: {exc}", file=sys.stderr)
             return 2
         print(f"{table.id}: checking {table.source} versions {window[0]}..{window[1]} with suite {table.expectations}")
-        planned = plan_table(source, table).persist()
+        try:
+            dimension = read_dimension(spark, pipeline, table)
+        except DimensionProblem as exc:
+            print(f"millpond check: {exc}", file=sys.stderr)
+            return 2
+        planned = plan_table(source, table, dimension=dimension).persist()
         gate = Gate(spark, pipeline.name, table, run_id, mode="check")
         report = gate.validate(planned, 0)
         gate.publish(report)

@@ -1,4 +1,5 @@
-"""Streaming reads: landing folders (parsed, malformed lines kept for quarantine) and upstream Delta tables.
+"""Streaming reads: landing folders (parsed, malformed lines kept for quarantine) and upstream Delta tables; and
+the one batch read, a lookup's dimension.
 
 What one landed record is, so that bronze rows + quarantined rows == records:
 - json: a line as Spark's text source splits a file (at `\\n`, `\\r\\n` or a lone `\\r`; NUL, `\\x0b`, `\\x0c`,
@@ -17,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from millpond import paths
-from millpond.spec import FileSource, KafkaSource, Pipeline, Table, resolve_setting
+from millpond.spec import FileSource, KafkaSource, Pipeline, Table, ddl_columns, resolve_setting
 
 # Columns a landing read adds next to the source's schema. `_error` is null for a well-formed line.
 SOURCE_FILE, RAW, ERROR = "_source_file", "_raw", "_error"
@@ -54,6 +55,56 @@ def read_table_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> 
 def read_join_source(spark: SparkSession, table: Table) -> DataFrame | None:
     """The `with` side of a join table (None without a join): a Delta stream, under the table's rate limit too."""
     return read_delta_stream(spark, table, table.join.with_table) if table.join else None
+
+
+class DimensionProblem(RuntimeError):
+    """A lookup's dimension cannot be read as it is (missing, empty, duplicate keys): the run stops, naming the fix."""
+
+
+def read_dimension(spark: SparkSession, pipeline: Pipeline, table: Table) -> DataFrame | None:
+    """A lookup's static side, read whole (batch) when the run starts; None without a lookup.
+
+    Checked before the query starts, because Spark would not complain: a missing folder would make an inner lookup
+    drop every row and a left_outer one write nulls, and a key listed twice would duplicate the stream rows it
+    matches. A malformed csv/json line fails the read (FAILFAST) instead of becoming a row of nulls.
+    """
+    if not table.lookup:
+        return None
+    source = pipeline.sources[table.lookup.dimension]
+    assert isinstance(source, FileSource) and source.static
+    folder = paths.landing_path(source.path)
+    fix = (f"Fix: put the dimension's {source.format} data at {folder} (sources.{source.name}.path in "
+           f"{pipeline.spec_path}), then rerun; nothing of {table.id} was read or written")  # fmt: skip
+    if source.format == "delta":
+        if not (folder / "_delta_log").is_dir():
+            raise DimensionProblem(f"dimension {source.id}: no Delta table at {folder}. {fix}")
+        df = spark.read.format("delta").options(**source.options).load(str(folder))
+        if source.schema:
+            df = df.select(*[F.col(f"`{c}`") for c in ddl_columns(source.schema)])
+    else:
+        if not _has_data_files(folder):
+            raise DimensionProblem(f"dimension {source.id}: no {source.format} file at {folder} (files whose names "
+                                   f"start with '.' or '_' are skipped). {fix}")  # fmt: skip
+        options = {"mode": "FAILFAST", **source.options}
+        df = spark.read.format(source.format).schema(source.schema).options(**options).load(str(folder))
+    keys = list(table.lookup.using)
+    repeated = df.groupBy(*keys).count().where(F.col("count") > 1).limit(3).collect()
+    if repeated:
+        shown = "; ".join(", ".join(f"{k}={r[k]!r}" for k in keys) + f" ({r['count']} rows)" for r in repeated)
+        raise DimensionProblem(f"dimension {source.id} at {folder} holds a key more than once ({shown}): each "
+                               f"matching row of {table.id} would be written once per dimension row. Fix: keep one "
+                               f"row per {', '.join(keys)} in the dimension, then rerun")  # fmt: skip
+    return df
+
+
+def _has_data_files(folder) -> bool:
+    """A file Spark's reader would read: not hidden, at any depth (a folder of partitions counts)."""
+    if folder.is_file():
+        return not folder.name.startswith((".", "_"))
+    if not folder.is_dir():
+        return False
+    return any(p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts)
+               for p in folder.rglob("*"))  # fmt: skip
 
 
 def read_delta_stream(spark: SparkSession, table: Table, upstream: str) -> DataFrame:

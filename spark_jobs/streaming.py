@@ -279,7 +279,8 @@ def start_query(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunC
                 listener: ProgressListener):  # fmt: skip
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     app_id = f"millpond:{checkpoint_query_id(checkpoint)}"
-    df = plan_table(sources.read_table_source(spark, pipeline, table), table, sources.read_join_source(spark, table))
+    df = plan_table(sources.read_table_source(spark, pipeline, table), table, sources.read_join_source(spark, table),
+                    sources.read_dimension(spark, pipeline, table))  # fmt: skip
     writer = (
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
         .option("checkpointLocation", str(checkpoint))
@@ -343,7 +344,7 @@ def run_table(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCon
         error = result.error or _first_line(exc)  # a message the batch writer left (schema drift) beats Spark's
         hint = storage_error_fix(str(exc)) or checkpoints.spark_error_fix(pipeline, table, str(exc))
         error = f"{error} -- {hint}" if hint else error
-    except checkpoints.CheckpointProblem as exc:
+    except (checkpoints.CheckpointProblem, sources.DimensionProblem) as exc:
         error = str(exc)
     except OSError as exc:  # our own checkpoint files (metadata, millpond.json) on a full or read-only lake
         error = f"{exc} -- {storage_error_fix(str(exc)) or 'storage error'}"

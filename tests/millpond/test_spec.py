@@ -575,7 +575,7 @@ def test_join_tables_load_after_both_upstreams_and_full_refresh_follows_either_s
     assert pipeline.tables[JOINED].join.type == "left_outer"
     for side in ("bronze.clicks", "bronze.impressions"):
         rebuilt = pipeline.downstream([side])
-        assert set(rebuilt) == {side, "silver.early_clicks", JOINED, "gold.ad_clicks"}
+        assert set(rebuilt) == {side, "silver.early_clicks", JOINED, "gold.ad_clicks", "gold.campaign_ctr"}
         assert rebuilt.index(JOINED) < rebuilt.index("gold.ad_clicks")
 
 
@@ -649,3 +649,92 @@ def test_a_stateful_table_loads_and_counts_as_stateful(tmp_path):
     assert sessions.is_stateful and not sessions.merges and sessions.query_output_mode == "append"
     assert sessions.stateful.output_columns == ("Device", "session_start", "session_end", "events")
     assert latest.merges and latest.query_output_mode == "update" and latest.stateful.timeout == "none"
+
+
+# ---------------------------------------------------------------------------------------------- lookups
+
+CTR = "gold.campaign_ctr"
+
+
+def lookup_block(**changes):
+    """Mutation: gold.campaign_ctr's lookup block with these fields changed (None removes a field)."""
+    def mutate(spec):
+        block = spec["tables"][CTR]["lookup"]
+        for key, value in changes.items():
+            block.pop(key, None) if value is None else block.update({key: value})
+    return mutate
+
+
+def campaigns_source(**changes):
+    """Mutation: the campaigns dimension source with these fields changed (None removes a field)."""
+    def mutate(spec):
+        source = spec["sources"]["campaigns"]
+        for key, value in changes.items():
+            source.pop(key, None) if value is None else source.update({key: value})
+    return mutate
+
+
+def reading_the_dimension_as_a_stream(spec):
+    spec["tables"]["bronze.campaigns"] = {"from": "landing.campaigns"}
+
+
+def a_lookup_in_bronze(spec):
+    spec["tables"]["bronze.impressions"]["lookup"] = {"with": "landing.campaigns", "using": ["ad_id"]}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "message", "fix"),
+    [
+        (lookup_block(**{"with": "landing.nope"}), f"tables.{CTR}.lookup.with", "unknown dimension 'landing.nope'",
+         "Fix: look up one of: landing.campaigns"),
+        (lookup_block(**{"with": "landing.clicks"}), f"tables.{CTR}.lookup.with", "landing.clicks is a streaming "
+         "source", "Fix: mark sources.clicks 'static: true' if it is a dimension, or read it in a bronze table and "
+         "join that with 'join:'"),
+        (lookup_block(**{"with": JOINED}), f"tables.{CTR}.lookup.with", f"{JOINED} is a table, and a lookup reads a "
+         "static source", "Fix: join a table's stream with 'join:'"),
+        (lookup_block(watermark={"column": "impression_time", "delay": "1 hour"}), f"tables.{CTR}.lookup.watermark",
+         "a lookup (stream-static join) keeps no state", "Fix: remove 'watermark:'"),
+        (lookup_block(time_range={"min": "0 seconds", "max": "1 hour"}), f"tables.{CTR}.lookup.time_range",
+         "a time_range has nothing to bound", "Fix: remove 'time_range:'"),
+        (lookup_block(type="full_outer"), f"tables.{CTR}.lookup.type", "Spark does not run a full_outer "
+         "stream-static join with the stream on the left", "Fix: use inner or left_outer"),
+        (lookup_block(type="right_outer"), f"tables.{CTR}.lookup.type", "Spark does not run a right_outer "
+         "stream-static join with the stream on the left", "Fix: use inner or left_outer"),
+        (lookup_block(type="left_semi"), f"tables.{CTR}.lookup.type", "unknown lookup type 'left_semi'",
+         "Fix: use one of inner, left_outer"),
+        (lookup_block(using=["campaign_id"]), f"tables.{CTR}.lookup.using", "campaign_id not in landing.campaigns's "
+         "schema", "Fix: use columns of sources.campaigns.schema: ad_id, campaign, advertiser"),
+        (lookup_block(using=[]), f"tables.{CTR}.lookup.using", "a lookup needs at least one key column",
+         "Fix: write e.g. using: [ad_id]"),
+        (lookup_block(**{"with": None}), f"tables.{CTR}.lookup.with", "required field is missing", "Fix: add 'with:'"),
+        (reading_the_dimension_as_a_stream, "tables.bronze.campaigns.from", "landing.campaigns is a static source "
+         "(a dimension, read whole each run), not a stream", "Fix: read a streaming source, and look "
+         "landing.campaigns up with 'lookup: {with: landing.campaigns"),
+        (a_lookup_in_bronze, "tables.bronze.impressions.lookup", "a table reading landing files or Kafka ingests them "
+         "as they are", "Fix: look the dimension up in a table with 'from: bronze.impressions'"),
+        (campaigns_source(rate_limit={"max_files_per_trigger": 1}), "sources.campaigns.rate_limit", "a static source "
+         "is read whole each run, so rate_limit does not apply", "Fix: remove it"),
+        (campaigns_source(format="avro"), "sources.campaigns.format", "unknown format 'avro'",
+         "Fix: use one of json, csv, parquet, delta"),
+        (campaigns_source(static=None, format="delta"), "sources.campaigns.format", "unknown format 'delta'",
+         "(a delta dimension needs 'static: true')"),
+        (campaigns_source(schema=None), "sources.campaigns.schema", "a file source needs a schema",
+         "Fix: add 'schema:'"),
+    ],
+)  # fmt: skip
+def test_lookup_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
+    assert_some_problem(join_problems(tmp_path, mutate), field, message, fix)
+
+
+def test_a_lookup_loads_as_a_dimension_that_is_no_upstream(tmp_path):
+    """The dimension is not a table to order or rebuild, nor a streaming input; a Delta dimension needs no schema."""
+    spec = copy.deepcopy(CLICKS)
+    spec["sources"]["campaigns"] = {"static": True, "format": "delta", "path": "dimensions/campaigns"}
+    pipeline = load_pipeline(write_spec(tmp_path, spec, name="clicks"), lake_root=tmp_path / "lake")
+    table = pipeline.tables[CTR]
+    assert (table.lookup.dimension, table.lookup.using, table.lookup.type) == ("landing.campaigns", ("ad_id",),
+                                                                              "left_outer")  # fmt: skip
+    assert table.upstreams == (JOINED,)
+    source = pipeline.sources["landing.campaigns"]
+    assert source.static and source.format == "delta" and source.schema == ""
+    assert not load_pipeline("clicks").sources["landing.impressions"].static

@@ -1,11 +1,14 @@
-"""Stream-stream joins on real Spark + Delta: the shipped `clicks` pipeline against a plain-Python reference.
+"""Stream-stream and stream-static joins on real Spark + Delta: the shipped `clicks` pipeline against a plain-Python
+reference.
 
 Three landed rounds of impressions and clicks run through `pipelines/clicks.yaml` (bronze for each feed, a
-left_outer join in silver, a complete-mode count in gold). The reference applies the README's join rules by hand:
-an impression and a click pair up when their impression_id is equal and the click comes 0 to 60 minutes after
-the impression, whichever round each landed in; an impression without such a click appears once, with null
-click columns, after the run whose watermark (the smaller of newest impression - 2 h and newest click - 3 h)
-has passed its time + 60 minutes.
+left_outer join in silver, a complete-mode count in gold, and hourly click-through rates per campaign in gold,
+looked up in a campaigns CSV). The reference applies the README's join rules by hand: an impression and a click
+pair up when their impression_id is equal and the click comes 0 to 60 minutes after the impression, whichever
+round each landed in; an impression without such a click appears once, with null click columns, after the run
+whose watermark (the smaller of newest impression - 2 h and newest click - 3 h) has passed its time + 60 minutes.
+Each joined row takes its campaign from the dimension as it was in the run that wrote the row (the dimension
+changes before the third round); an ad the dimension does not name counts as 'unattributed'.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ pytestmark = pytest.mark.integration
 
 MILLPOND = str(Path(sys.executable).parent / "millpond")
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
-JOINED, GOLD = "silver.impression_clicks", "gold.ad_clicks"
-TABLES = ("bronze.impressions", "bronze.clicks", JOINED, GOLD)
+JOINED, GOLD, CTR = "silver.impression_clicks", "gold.ad_clicks", "gold.campaign_ctr"
+TABLES = ("bronze.impressions", "bronze.clicks", JOINED, GOLD, CTR)
 IMPRESSION_DELAY, CLICK_DELAY, MAX_LAG = 120, 180, 60  # minutes, as pipelines/clicks.yaml says
 
 # Per round: impressions (impression id, ad, minute after T0) and clicks (click id, impression id, minute).
@@ -50,6 +53,14 @@ ROUNDS = [
      "clicks": [("c7", "i9", 430),
                 ("c8", "i6", 235),  # i6 of round 1, clicked 10 minutes later, landed a round later
                 ("c10", "i8", 470)]},  # 70 minutes: out of range, and i8 is not settled yet
+]  # fmt: skip
+# The campaigns dimension (ad -> campaign, advertiser) landed before each round: ad_b has no campaign at first;
+# before round 3 ad_a moves to another campaign and ad_b gets one. Rows written earlier keep their campaign.
+UNATTRIBUTED = "unattributed"
+DIMENSIONS = [
+    {"ad_a": ("spring", "acme")},
+    {"ad_a": ("spring", "acme")},
+    {"ad_a": ("summer", "acme"), "ad_b": ("spring", "globex")},
 ]  # fmt: skip
 
 
@@ -88,6 +99,26 @@ def gold_reference(rows: Counter) -> dict[str, tuple[int, int]]:
     return {ad: (c[0], c[1]) for ad, c in result.items()}
 
 
+def ctr_reference(rounds: list[dict], dimensions: list[dict]) -> dict[tuple, tuple[int, int, float]]:
+    """gold.campaign_ctr after one run per round, each row of the join table labelled with the dimension of the run
+    that wrote it (the rows new in run n: the table after n+1 rounds minus the table after n)."""
+    return ctr_table([(reference(rounds[: n + 1]) - (reference(rounds[:n]) if n else Counter()), dimension)
+                      for n, dimension in enumerate(dimensions)])  # fmt: skip
+
+
+def ctr_table(labelled: list[tuple[Counter, dict]]) -> dict[tuple, tuple[int, int, float]]:
+    """(hour start minute, campaign, advertiser) -> (impressions, clicks, ctr) over join-table rows, each batch
+    of rows looked up in its dimension; an ad the dimension does not name is 'unattributed'."""
+    result: dict[tuple, list[int]] = {}
+    for rows, dimension in labelled:
+        for (_, ad, t, click, _), count in rows.items():
+            campaign, advertiser = dimension.get(ad, (UNATTRIBUTED, UNATTRIBUTED))
+            counts = result.setdefault((t // 60 * 60, campaign, advertiser), [0, 0])
+            counts[0] += count
+            counts[1] += count if click else 0
+    return {key: (n, c, c / n) for key, (n, c) in result.items()}
+
+
 def test_the_rows_exercise_what_they_were_designed_for():
     """Guard the hand-made data: cross-round pairs, settled impressions in two runs, no boundary cases, no late row."""
     assert watermarks(ROUNDS) == [-105, 110, 290]
@@ -96,6 +127,13 @@ def test_the_rows_exercise_what_they_were_designed_for():
     assert unclicked == [[], ["i2"], ["i10", "i2"]]
     assert ("i4", "ad_b", 30, "c4", 80) in after[1] and ("i6", "ad_b", 225, "c8", 235) in after[2]
     assert all(count == 1 for table in after for count in table.values())
+    for n in range(1, len(ROUNDS)):  # each run only adds rows to the join table: gold can label them by run
+        assert not reference(ROUNDS[:n]) - after[n]
+    ctr = ctr_reference(ROUNDS, DIMENSIONS)
+    # ad_a under its old and its new campaign, ad_b without a campaign (runs 1-2) and with one (run 3)
+    assert {key[1:] for key in ctr} == {("spring", "acme"), ("summer", "acme"), (UNATTRIBUTED, UNATTRIBUTED),
+                                        ("spring", "globex")}  # fmt: skip
+    assert any(0 < c < 1 for _, _, c in ctr.values())
     previous = None
     for n, watermark in enumerate(watermarks(ROUNDS)):
         for _, _, t in [i for r in ROUNDS[: n + 1] for i in r["impressions"]]:
@@ -113,8 +151,19 @@ def stamp(minute: int) -> str:
     return (T0 + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
+def land_dimension(lake: Path, campaigns: dict) -> None:
+    """The campaigns CSV, replaced whole (hidden name, then rename), as a user edits a dimension."""
+    folder = lake / "landing" / "campaigns"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / ".campaigns.csv.tmp"
+    tmp.write_text("ad_id,campaign,advertiser\n" + "".join(f"{ad},{c},{a}\n" for ad, (c, a) in campaigns.items()))
+    tmp.replace(folder / "campaigns.csv")
+
+
 def land(lake: Path, round_number: int) -> None:
-    """One round: an impressions file and a clicks file, each written under a hidden name and renamed."""
+    """One round: an impressions file and a clicks file, each written under a hidden name and renamed; the
+    campaigns dimension as it is for this round."""
+    land_dimension(lake, DIMENSIONS[round_number])
     rows = ROUNDS[round_number]
     files = {
         "impressions": [
@@ -155,6 +204,28 @@ def read_gold(spark) -> dict[str, tuple[int, int]]:
     return table
 
 
+def read_ctr(spark) -> dict[tuple, tuple[int, int, float]]:
+    df = spark.read.format("delta").load(str(paths.table_path(CTR)))
+    assert df.columns == ["hour", "campaign", "advertiser", "impressions", "clicks", "ctr"]
+    rows = df.select(minutes("hour").alias("hour"), "campaign", "advertiser", "impressions", "clicks", "ctr").collect()
+    table = {(int(r.hour), r.campaign, r.advertiser): (r.impressions, r.clicks, r.ctr) for r in rows}
+    assert len(table) == len(rows), "gold holds a (window, campaign) twice"
+    return table
+
+
+def assert_ctr(spark, rounds: list[dict], dimensions: list[dict]) -> None:
+    assert read_ctr_matches(spark, ctr_reference(rounds, dimensions))
+
+
+def read_ctr_matches(spark, expected: dict[tuple, tuple[int, int, float]]) -> bool:
+    actual = read_ctr(spark)
+    assert set(actual) == set(expected)
+    for key, (impressions, clicks, ctr) in expected.items():
+        assert actual[key][:2] == (impressions, clicks), key
+        assert abs(actual[key][2] - ctr) < 1e-12, key
+    return True
+
+
 @pytest.fixture(scope="module")
 def three_rounds(tmp_path_factory, spark):
     """Land and run three rounds of the shipped clicks pipeline, comparing after each; keep the lake and logs."""
@@ -171,6 +242,7 @@ def three_rounds(tmp_path_factory, spark):
             expected = reference(ROUNDS[: round_number + 1])
             assert read_joined(spark) == expected, f"after round {round_number}"
             assert read_gold(spark) == gold_reference(expected), f"after round {round_number}"
+            assert_ctr(spark, ROUNDS[: round_number + 1], DIMENSIONS[: round_number + 1])
     return lake, logs
 
 
@@ -187,6 +259,7 @@ def test_each_round_pairs_clicks_with_impressions_and_settles_unclicked_ones_onc
     _, logs = clicks_lake
     assert read_joined(spark) == reference(ROUNDS)
     assert read_gold(spark) == gold_reference(reference(ROUNDS))
+    assert_ctr(spark, ROUNDS, DIMENSIONS)
     for log in logs:
         assert {t: log[t].outcome for t in TABLES} == dict.fromkeys(TABLES, "succeeded")
         assert log[JOINED].rows_dropped_by_watermark == 0  # nothing landed late
@@ -194,11 +267,18 @@ def test_each_round_pairs_clicks_with_impressions_and_settles_unclicked_ones_onc
     assert [log[JOINED].rows_in for log in logs] == [len(r["impressions"]) + len(r["clicks"]) for r in ROUNDS]
 
 
-def test_a_run_with_nothing_new_changes_nothing(spark, clicks_lake):
+def test_a_run_with_nothing_new_changes_nothing_even_after_a_dimension_change(spark, clicks_lake):
+    """The dimension is not an input the way a stream is: changing it alone gives a lookup table nothing to do."""
+    lake, _ = clicks_lake
     before = {t: latest_version(paths.table_path(t)) for t in TABLES}
-    assert runner.main(["clicks", "--run-id", "idle"]) == 0
+    land_dimension(lake, {"ad_a": ("winter", "acme"), "ad_b": ("winter", "globex")})
+    try:
+        assert runner.main(["clicks", "--run-id", "idle"]) == 0
+    finally:
+        land_dimension(lake, DIMENSIONS[-1])
     assert {t: latest_version(paths.table_path(t)) for t in TABLES} == before
     assert read_joined(spark) == reference(ROUNDS)
+    assert_ctr(spark, ROUNDS, DIMENSIONS)
 
 
 def test_changing_the_join_on_a_checkpoint_is_refused_with_the_fix(clicks_lake):
@@ -213,6 +293,35 @@ def test_changing_the_join_on_a_checkpoint_is_refused_with_the_fix(clicks_lake):
         '"time_range": ["0 seconds", "2 hours"]'
     )
     assert f"millpond run clicks --full-refresh {JOINED}" in message
+
+
+def test_a_lookup_change_is_not_a_checkpoint_shape_change(clicks_lake):
+    """A stream-static join keeps no state: another dimension, key or lookup type runs on the same checkpoint."""
+    pipeline = load_pipeline("clicks")
+    table = pipeline.tables[CTR]
+    checkpoints.verify(pipeline, replace(table, lookup=replace(table.lookup, type="inner")))
+
+
+def test_a_missing_or_ambiguous_dimension_stops_the_lookup_table_with_the_fix(spark, lake, monkeypatch):
+    """No campaigns file: the run fails at gold.campaign_ctr, naming the path, instead of writing nulls (left_outer)
+    or nothing (inner); a key listed twice would double rows. Once fixed, the rerun writes what the reference says."""
+    monkeypatch.delenv("MILLPOND_PIPELINES", raising=False)
+    land(lake, 0)
+    folder = lake / "landing" / "campaigns"
+    (folder / "campaigns.csv").unlink()
+    assert runner.main(["clicks", "--run-id", "no-dimension"]) != 0
+    failed = event_log(spark, "no-dimension")
+    assert {t: failed[t].outcome for t in TABLES} == {**dict.fromkeys(TABLES, "succeeded"), CTR: "failed"}
+    assert f"dimension landing.campaigns: no csv file at {folder}" in failed[CTR].error
+    assert "Fix: put the dimension's csv data at" in failed[CTR].error
+    assert latest_version(paths.table_path(CTR)) < 0
+    land_dimension(lake, {"ad_a": ("spring", "acme"), "ad_b": ("spring", "globex")})
+    (folder / "more.csv").write_text("ad_id,campaign,advertiser\nad_b,autumn,globex\n")
+    assert runner.main(["clicks", "--run-id", "twice", "--tables", CTR]) != 0
+    assert "holds a key more than once (ad_id='ad_b' (2 rows))" in event_log(spark, "twice")[CTR].error
+    (folder / "more.csv").unlink()
+    assert runner.main(["clicks", "--run-id", "fixed", "--tables", CTR]) == 0
+    assert_ctr(spark, ROUNDS[:1], [{"ad_a": ("spring", "acme"), "ad_b": ("spring", "globex")}])
 
 
 # ---------------------------------------------------------------------------------------------- crashes
@@ -240,14 +349,16 @@ def test_a_crash_after_the_join_write_replays_without_writing_twice(spark, lake,
     assert latest_version(paths.table_path(JOINED)) >= written
     assert read_joined(spark) == reference(ROUNDS[:2])  # a Counter: a row written twice would count twice
     assert read_gold(spark) == gold_reference(reference(ROUNDS[:2]))
+    assert_ctr(spark, ROUNDS[:2], DIMENSIONS[:2])
 
 
 def test_generated_rounds_match_the_reference(spark, lake, monkeypatch):
     """`millpond generate clicks` rounds (millisecond times, random lags): two runs, each against the reference."""
-    from millpond.generate import clicks_files
+    from millpond.generate import CAMPAIGNS, campaigns_file, clicks_files
 
     monkeypatch.delenv("MILLPOND_PIPELINES", raising=False)
     impressions, clicks = lake / "landing" / "impressions", lake / "landing" / "clicks"
+    campaigns_file(lake / "landing" / "campaigns")
     landed: list[dict] = []
     for run, files in enumerate((4, 2)):
         paths_landed = clicks_files(impressions, clicks, files=files, rows=40, seed=run)
@@ -264,4 +375,5 @@ def test_generated_rounds_match_the_reference(spark, lake, monkeypatch):
         expected = reference(landed)
         assert read_joined(spark) == expected, f"after run {run}"
         assert read_gold(spark) == gold_reference(expected)
+        assert read_ctr_matches(spark, ctr_table([(expected, CAMPAIGNS)]))
     assert sum(row[3] is None for row in expected) > 0 and sum(row[3] is not None for row in expected) > 0

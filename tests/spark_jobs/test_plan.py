@@ -79,3 +79,20 @@ def test_function_transform_is_loaded_by_reference(spark):
     reference = "tests.spark_jobs.sample_transforms:only_walks"
     table = Table("silver", "t", "bronze.t", transform=Transform(function=reference))
     assert {r.gt for r in plan_table(rows(spark), table).collect()} == {"walk"}
+
+
+def test_a_lookup_keeps_stream_columns_then_new_dimension_columns_inner_or_left_outer(spark):
+    """Keys appear once (the stream's); inner keeps matched rows only, left_outer every stream row with nulls."""
+    from millpond.spec import Lookup
+
+    stream = spark.createDataFrame([("i1", "ad_1"), ("i2", "ad_9"), ("i3", "ad_2")], "impression_id STRING, ad_id STRING")
+    dimension = spark.createDataFrame([("ad_2", "summer", "acme"), ("ad_1", "spring", "acme"), ("ad_7", "x", "y")],
+                                      "AD_ID STRING, campaign STRING, advertiser STRING")  # fmt: skip
+    for kind, expected in (("inner", {("i1", "ad_1", "spring", "acme"), ("i3", "ad_2", "summer", "acme")}),
+                           ("left_outer", {("i1", "ad_1", "spring", "acme"), ("i2", "ad_9", None, None),
+                                           ("i3", "ad_2", "summer", "acme")})):  # fmt: skip
+        table = Table("gold", "t", "silver.t", lookup=Lookup("landing.campaigns", ("ad_id",), kind))
+        result = plan_table(stream, table, dimension=dimension)
+        assert result.columns == ["impression_id", "ad_id", "campaign", "advertiser"]
+        rows = result.collect()
+        assert len(rows) == len(expected) and {tuple(r) for r in rows} == expected, kind
