@@ -39,6 +39,7 @@ BASE = {
     "sources": {
         "a": {"format": "json", "path": "landing/a", "schema": "k STRING, ts TIMESTAMP, v BIGINT"},
         "b": {"format": "json", "path": "landing/b", "schema": "k STRING, ts2 TIMESTAMP"},
+        "labels": {"static": True, "format": "csv", "path": "landing/labels", "schema": "k STRING, label STRING"},
     },
     "tables": {"bronze.a": {"from": "landing.a"}, "bronze.b": {"from": "landing.b"}},
 }
@@ -102,6 +103,10 @@ OPERATORS: dict[str, Operator] = {
     "inner join without watermarks": join("inner", watermarks=False),
     "left outer join with watermarks": join("left_outer"),
     "left outer join without watermarks": join("left_outer", watermarks=False),
+    "stream-static left outer lookup": Operator(
+        {"lookup": {"with": "landing.labels", "using": ["k"], "type": "left_outer"}},
+        lambda a, b, mode: a.join(a.sparkSession.createDataFrame([("d1", "x")], "k STRING, label STRING"), "k",
+                                  "left_outer")),
     "stateful function": Operator(
         {"watermark": WATERMARK, "keys": ["k"],
          "stateful": {"function": "spark_jobs.transforms.sessions:sessions", "key": ["k"],
@@ -113,6 +118,7 @@ OPERATORS: dict[str, Operator] = {
 # Cells Spark runs and millpond refuses anyway, with the reason the validator gives.
 STRICTER = {
     ("projection", "update"): "has no aggregate (nor dedup): every row it writes is new",
+    ("stream-static left outer lookup", "update"): "has no aggregate (nor dedup): every row it writes is new",
     ("dedup without watermark", "append"): "keeps every key in state forever",
     ("dedup without watermark", "update"): "keeps every key in state forever",
     ("inner join without watermarks", "append"): "a join buffers the rows of both sides in state",
