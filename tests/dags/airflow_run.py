@@ -46,8 +46,8 @@ def start_dags_test(env: dict[str, str], logical_date: str, log: Path, conf: dic
 
 
 def dags_test(env: dict[str, str], logical_date: str, log: Path, conf: dict | None = None,
-              timeout: float = 900) -> tuple[int, str]:  # fmt: skip
-    proc = start_dags_test(env, logical_date, log, conf)
+              timeout: float = 900, dag_id: str = "activity") -> tuple[int, str]:  # fmt: skip
+    proc = start_dags_test(env, logical_date, log, conf, dag_id)
     try:
         rc = proc.wait(timeout=timeout)
     finally:
