@@ -13,8 +13,11 @@ delta, great_expectations, pandas and even the Spark provider's modules load onl
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
+import sys
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -134,14 +137,19 @@ class MillpondSparkSubmitOperator(BaseOperator):
         """A run in which no table has anything new needs no JVM: the runner records it here, in ~1 s."""
         from spark_jobs import runner
 
-        code = runner.main(list(self.application_args), spark_allowed=False)
+        errors = io.StringIO()  # the runner's own words (e.g. the unset ${NAME} a Kafka spec needs) go into the error
+        with contextlib.redirect_stderr(errors):
+            code = runner.main(list(self.application_args), spark_allowed=False)
+        sys.stderr.write(errors.getvalue())
         if code == runner.NEEDS_SPARK:
             return False
         if code == 0:
             return True
         # No table ran here, so exit 1 is the lake or the event log, not a table (the runner printed which).
         reason = "the run could not be recorded" if code == 1 else EXIT_CODES.get(code, "see the log above")
-        raise AirflowException(f"millpond runner exited {code} before any Spark application: {reason}.")
+        detail = errors.getvalue().strip()
+        raise AirflowException(f"millpond runner exited {code} before any Spark application: {reason}."
+                               + (f"\n{detail}" if detail else ""))  # fmt: skip
 
     def build_hook(self):
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook

@@ -151,3 +151,21 @@ def test_gate_failure_message_names_suite_expectation_count_and_report():
                  "/lake/_reports/x.html"):  # fmt: skip
         assert part in message
     assert gate_failures({"tables": [{"table": "t", "outcome": "succeeded"}]}) == []
+
+
+def test_a_kafka_dag_without_its_broker_address_fails_its_run_naming_the_variable(dagbag, monkeypatch, tmp_path):
+    """`make up`/`make demo` set no MILLPOND_KAFKA_BOOTSTRAP: device_status still loads, and its ingest task fails
+    before any Spark application with the runner's message, not only an exit code."""
+    from airflow.sdk.exceptions import AirflowException
+
+    monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    task = dagbag.dags["device_status"].get_task("ingest")
+    monkeypatch.setattr(task, "application_args", render(dagbag.dags["device_status"], "ingest", [])["_args"])
+    with pytest.raises(AirflowException) as failed:
+        task.run_without_spark()
+    message = str(failed.value)
+    assert "millpond runner exited 2 before any Spark application: invalid spec or arguments" in message
+    assert "environment variable MILLPOND_KAFKA_BOOTSTRAP is not set" in message
+    assert "Fix: export MILLPOND_KAFKA_BOOTSTRAP=" in message
+    assert not (tmp_path / "lake" / "_system").exists()
