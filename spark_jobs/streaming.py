@@ -117,20 +117,19 @@ class BatchWriter:
     def write_merged(self, batch: DataFrame, batch_id: int) -> None:
         """Update mode: MERGE the batch's changed aggregate rows into the table on its keys.
 
-        The plan runs once into the cache first, so stateful operators commit their state stores even when Delta
-        skips a replayed MERGE. MERGE needs a table: the first batch with rows creates it with the batch's schema,
+        The plan runs once into a local checkpoint first, so stateful operators commit their state stores even when
+        Delta skips a replayed MERGE. MERGE needs a table: the first batch with rows creates it with the batch's schema,
         under the same txnAppId/txnVersion, so a replay of that batch is skipped like any other.
         """
-        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            if batch.count() == 0:  # a no-data batch that only advanced the watermark: nothing changed
-                return
-            if delta_version(Path(self.path)) < 0:
-                self.write(batch, self.path, "append", batch_id)
-            else:
-                self.merge(batch, batch_id)
-        finally:
-            batch.unpersist()
+        # An eager local checkpoint, not persist(): Spark 4.2 cannot read back a cached aggregate that uses max_by
+        # (count() fails with "key not found" on a group column in InMemoryRelation.withOutput).
+        batch = batch.localCheckpoint(eager=True)
+        if batch.count() == 0:  # a no-data batch that only advanced the watermark: nothing changed
+            return
+        if delta_version(Path(self.path)) < 0:
+            self.write(batch, self.path, "append", batch_id)
+        else:
+            self.merge(batch, batch_id)
 
     def merge(self, batch: DataFrame, batch_id: int) -> None:
         """Upsert on the keys (null-safe: a null group is a group); Delta skips a batch id it already committed."""

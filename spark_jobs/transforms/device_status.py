@@ -5,9 +5,8 @@ per key with new rows. The state is the newest event so far (JSON: its time in e
 key's event count), so an event that arrives out of order replaces it only if its time is greater: the greatest
 event time wins, however late the event arrives. No timeout: one state row per key, kept for good.
 
-An update-mode `aggregate` with `max_by` would say the same in SQL, but Spark 4.2 fails caching such a batch
-(`NoSuchElementException: key not found: <group column>` in `InMemoryRelation.withOutput`, with no watermark on
-the query), and the update-mode writer caches every batch before its MERGE.
+An update-mode `aggregate` with `max_by` says the same in SQL (README "The device_status pipeline"); this function
+is the example's arbitrary-state piece, and decides ties between equal event times by arrival.
 """
 
 from __future__ import annotations

@@ -304,3 +304,28 @@ def test_a_crash_after_the_merge_replays_without_writing_twice(spark, lake, tmp_
         assert latest_version(path) == written, "the replayed batch was written again"
         assert uncommitted_batches(table_id) == 0
         assert read_gold(spark, table_id) == references(ROUNDS[: round_number + 1])[table_id].table
+
+
+def test_an_update_aggregate_without_a_window_merges_the_latest_value_per_key(spark, lake, tmp_path, monkeypatch):
+    """Update mode on a plain group_by with max_by (the "latest value per key" shape): two rounds, each MERGEd."""
+    from millpond.generate import activity_files
+    from tests.reference import activity_reference
+
+    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "activity.yaml").read_text())
+    spec["tables"].pop("gold.activity_hourly")
+    spec["tables"]["silver.activity"].pop("expectations")
+    spec["tables"]["gold.device_counts"].update(output_mode="update", aggregate={"group_by": ["Device"], "measures": {
+        "total_recordings": "count(*)", "latest_index": "max_by(Index, struct(Recorded_At, Index))"}})
+    (tmp_path / "activity.yaml").write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path))
+    landing = lake / "landing" / "activity"
+    for round_number in range(2):
+        activity_files(landing, 1, 200, duplicates=0.1, seed=40 + round_number)
+        assert runner.main(["activity", "--run-id", f"latest-{round_number}"]) == 0
+        expected: dict[str, tuple] = {}
+        for device, index, recorded_at in activity_reference(landing).silver:
+            count, latest = expected.get(device, (0, None))
+            expected[device] = (count + 1, max(latest or (recorded_at, index), (recorded_at, index)))
+        rows = spark.read.format("delta").load(str(paths.table_path("gold.device_counts"))).collect()
+        assert {r.Device: (r.total_recordings, r.latest_index) for r in rows} == {
+            device: (count, latest[1]) for device, (count, latest) in expected.items()}, f"after round {round_number}"
