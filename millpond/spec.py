@@ -793,13 +793,18 @@ class _Loader:
             self.suite_rules(where, table)
         return table
 
+    def without_bare_on(self, where: str, raw: Any) -> Any:
+        """YAML 1.1 reads a bare `on:` key as the boolean true: report it and drop it."""
+        if isinstance(raw, dict) and True in raw:
+            self.problem(f"{where}.on", "YAML reads the key 'on' as true, so it never names the join keys",
+                         "write the keys as using: [column, ...]")  # fmt: skip
+            return {k: v for k, v in raw.items() if k is not True}
+        return raw
+
     def join(self, where: str, raw: Any) -> Join | None:
         if raw is None:
             return None
-        if isinstance(raw, dict) and True in raw:  # YAML 1.1 reads a bare `on:` key as the boolean true
-            raw = {k: v for k, v in raw.items() if k is not True}
-            self.problem(f"{where}.on", "YAML reads the key 'on' as true, so it never names the join keys",
-                         "write the keys as using: [column, ...]")  # fmt: skip
+        raw = self.without_bare_on(where, raw)
         spec = self.fields(where, raw, {"with": True, "using": True, "type": False, "watermark": True,
                                         "time_range": True})  # fmt: skip
         kind = str(spec.get("type", "inner"))
@@ -821,10 +826,7 @@ class _Loader:
         """A stream-static join. Stateless, so no watermark or time range; the stream stays on the left."""
         if raw is None:
             return None
-        if isinstance(raw, dict) and True in raw:  # YAML 1.1 reads a bare `on:` key as the boolean true
-            raw = {k: v for k, v in raw.items() if k is not True}
-            self.problem(f"{where}.on", "YAML reads the key 'on' as true, so it never names the join keys",
-                         "write the keys as using: [column, ...]")  # fmt: skip
+        raw = self.without_bare_on(where, raw)
         if isinstance(raw, dict):
             for name in ("watermark", "time_range"):
                 if name in raw:
