@@ -104,8 +104,10 @@ browser:
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }; }
 
+# Two workers, a test file each at a time (module fixtures stay on one worker); PYTEST_WORKERS=0 runs in-process.
+PYTEST_WORKERS ?= 2
 test: setup browser kafka-broker
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
