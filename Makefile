@@ -16,13 +16,14 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
 PIPELINE ?= activity
 
-.PHONY: setup venv jars kafka-broker browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
+.PHONY: setup venv jars kafka-broker kafka-up kafka-down browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
 help:
 	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make test   set up, then run every test (unit + integration, kill tests included)"
 	@echo "make run-dag PIPELINE=<name>  one DAG run through Airflow (airflow dags test, SQLite, honours MILLPOND_LAKE)"
 	@echo "make up     Airflow scheduler + UI/API + dag-processor + triggerer in the background (login required)"
 	@echo "make down   stop everything make up started"
+	@echo "make kafka-up / kafka-down  a local Kafka broker (KAFKA_PORT=9092) with the specs' topics, for device_status"
 	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (RELIABILITY.md)"
 	@echo "make bench SCALE=small|large [ONLY=B3,B6]  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json, .md"
 
@@ -45,8 +46,8 @@ $(JARS)/.fetched: build/jars.pom.xml
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DexcludeTransitive=true
 	touch $@
 
-# A Kafka broker for the tests (KRaft, started and stopped by tests/kafka_broker.py): the kafka_2.13 jars and their
-# transitive deps, kept apart from Spark's classpath.
+# A Kafka broker (KRaft, millpond/kafka_broker.py) for the tests and for `make kafka-up`: the kafka_2.13 jars and
+# their transitive deps, kept apart from Spark's classpath.
 kafka-broker: $(KAFKA_BROKER)/.fetched
 $(KAFKA_BROKER)/.fetched: build/kafka-broker.pom.xml
 	@command -v java >/dev/null || { echo "error: java not found. Fix: install OpenJDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
@@ -55,6 +56,15 @@ $(KAFKA_BROKER)/.fetched: build/kafka-broker.pom.xml
 	mvn --batch-mode --quiet -f build/kafka-broker.pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/$(KAFKA_BROKER) -DincludeScope=runtime
 	touch $@
+
+# The local broker for the Kafka pipelines (device_status): background, port KAFKA_PORT, data in .cache/kafka,
+# every topic the specs name created. run-dag uses it unless MILLPOND_KAFKA_BOOTSTRAP names another cluster.
+KAFKA_PORT ?= 9092
+KAFKA_HOME ?= $(CURDIR)/.cache/kafka
+kafka-up: setup kafka-broker
+	$(BIN)/python -m millpond.kafka_broker up --port $(KAFKA_PORT) --home "$(KAFKA_HOME)"
+kafka-down:
+	$(BIN)/python -m millpond.kafka_broker down --home "$(KAFKA_HOME)"
 
 validate: setup
 	$(BIN)/millpond validate
@@ -68,6 +78,7 @@ $(AIRFLOW_HOME)/airflow.db: | setup
 run-dag: setup airflow-db
 	$(BIN)/millpond validate $(PIPELINE)
 	MILLPOND_RETRY_DELAY_SECONDS=$${MILLPOND_RETRY_DELAY_SECONDS:-5} \
+	MILLPOND_KAFKA_BOOTSTRAP=$${MILLPOND_KAFKA_BOOTSTRAP:-127.0.0.1:$(KAFKA_PORT)} \
 	    $(BIN)/airflow dags test $(PIPELINE) >"$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log" 2>&1 \
 	    || { grep -a -E "ERROR|error|millpond:|Exception" "$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log" | tail -30; \
 	         echo "DAG run failed; full log: $(AIRFLOW_HOME)/dags-test-$(PIPELINE).log"; exit 1; }

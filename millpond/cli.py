@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import timedelta
 
 from millpond import paths
 from millpond.spec import SpecError, load_pipeline, validate_all
+
+HOUR = timedelta(hours=1)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -51,11 +54,14 @@ def cmd_preview(argv: list[str]) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from millpond.generate import activity_files, campaigns_file, clicks_files
 
-    if args.pipeline not in ("activity", "clicks"):
-        print(f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks)",
-              file=sys.stderr)  # fmt: skip
+    if args.pipeline not in ("activity", "clicks", "device_status"):
+        print(f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks, "
+              "device_status)", file=sys.stderr)  # fmt: skip
         return 2
     pipeline = load_pipeline(args.pipeline)
+    if args.pipeline == "device_status":
+        return send_device_events(pipeline, hours=args.files, rows=args.rows, malformed=args.malformed,
+                                  seed=args.seed)  # fmt: skip
     if args.pipeline == "clicks":
         folders = [paths.landing_path(pipeline.sources[f"landing.{s}"].path) for s in ("impressions", "clicks")]
         landed = clicks_files(*folders, files=args.files, rows=args.rows, seed=args.seed)
@@ -68,6 +74,36 @@ def cmd_generate(args: argparse.Namespace) -> int:
     folder = paths.landing_path(pipeline.sources["landing.activity"].path)
     landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
     print(f"landed {len(landed)} files x {args.rows} lines in {folder}")
+    return 0
+
+
+def send_device_events(pipeline, hours: int, rows: int, malformed: float, seed: int | None) -> int:
+    """Send device_status's events to its topic, continuing from the newest event time already there."""
+    from millpond.generate import ACTIVITY_EPOCH, DEVICES, device_events
+    from millpond.kafka_broker import BrokerFailed, latest_event_time, produce
+    from millpond.spec import resolve_setting
+
+    source = pipeline.sources["kafka.device_events"]
+    bootstrap, topic = resolve_setting(source.bootstrap_servers), source.topics[0]
+    if not bootstrap:
+        print(f"millpond generate: {source.bootstrap_servers} is not set (sources.device_events.bootstrap_servers)."
+              " Fix: make kafka-up, then export the MILLPOND_KAFKA_BOOTSTRAP it prints", file=sys.stderr)  # fmt: skip
+        return 2
+    from spark_jobs.session import build_spark_session
+
+    spark = build_spark_session("millpond-generate", shuffle_partitions=1)
+    try:
+        newest = latest_event_time(spark, bootstrap, topic)
+        start = ACTIVITY_EPOCH if newest is None else newest.replace(minute=0, second=0, microsecond=0) + HOUR
+        messages = device_events(start, hours, rows, malformed, seed)
+        produce(spark, bootstrap, topic, [(None, key.encode() if key else None, value) for key, value in messages])
+    except BrokerFailed as error:
+        print(f"millpond generate: {error}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(f"sent {len(messages)} messages to topic {topic} on {bootstrap}: {hours} hour(s) of events from "
+          f"{start:%Y-%m-%d %H:%M} UTC, {len(DEVICES)} devices")  # fmt: skip
     return 0
 
 

@@ -117,6 +117,50 @@ def clicks_files(impressions: Path, clicks: Path, files: int, rows: int, click_r
     return landed
 
 
+DEVICES = tuple(f"d{n:02d}" for n in range(1, 9))
+DEVICE_STATUSES = (("ok", 0.86), ("warning", 0.07), ("error", 0.03), ("offline", 0.03), ("rebooting", 0.01))
+
+
+def device_events(start: datetime, hours: int, rows: int, malformed: float = 0.0,
+                  seed: int | None = None) -> list[tuple[str | None, bytes]]:  # fmt: skip
+    """`hours` hours of device_status events from `start`, about `rows` per hour, as (key, JSON value) messages.
+
+    A device reports at most once a minute, on the minute. Keyed by device (so a device's events share a partition),
+    sent in time order; about one in twenty carries an event time 15 to 40 minutes before it was sent (late). Each
+    hour one device goes quiet after its first quarter (the sessions table closes its session by the timeout);
+    battery drains and recharges; about 1 % report the unknown status `rebooting` (the silver gate sets those
+    aside); `malformed` of them are not valid events (bronze's quarantine).
+    """
+    rng = random.Random(seed if seed is not None else int(start.timestamp()))
+    battery = {device: rng.uniform(40, 100) for device in DEVICES}
+    statuses, weights = zip(*DEVICE_STATUSES, strict=True)
+    taken: set[tuple[str, int]] = set()  # (device, minute since start): at most one report a minute
+    messages: list[tuple[str | None, bytes]] = []
+    for hour in range(hours):
+        quiet, sends = rng.choice(DEVICES), []
+        for _ in range(rows):
+            device = rng.choice(DEVICES)
+            free = [m for m in range(hour * 60, hour * 60 + (15 if device == quiet else 60)) if (device, m) not in taken]
+            if free:
+                minute = rng.choice(free)
+                taken.add((device, minute))
+                sends.append((minute, device))
+        for sent_at, device in sorted(sends):
+            minute, late = sent_at, rng.randint(15, 40)
+            if rng.random() < 0.05 and sent_at - late >= 0 and (device, sent_at - late) not in taken:
+                taken.add((device, sent_at - late))
+                minute = sent_at - late
+            battery[device] = 100.0 if battery[device] < 5 else battery[device] - rng.uniform(0, 2)
+            value = json.dumps({"device_id": device, "event_time": (start + timedelta(minutes=minute)).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"), "status": rng.choices(statuses, weights)[0],
+                "battery": round(battery[device], 1)})  # fmt: skip
+            if rng.random() < malformed:
+                value = rng.choice([value[: rng.randrange(5, len(value) - 5)], "not json", "[1, 2, 3]",
+                                    value.replace('"battery": ', '"battery": "full", "_b": ', 1)])  # fmt: skip
+            messages.append((device, value.encode()))
+    return messages
+
+
 def campaigns_file(folder: Path, campaigns: dict[str, tuple[str, str]] | None = None) -> Path:
     """Land the campaigns dimension as folder/campaigns.csv (header ad_id,campaign,advertiser), replacing it whole.
 

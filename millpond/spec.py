@@ -1240,7 +1240,8 @@ def resolve_setting(text: str) -> str:
 
 
 def environment_problems(pipeline: Pipeline, table_ids: list[str]) -> list[str]:
-    """`${NAME}` settings the selected tables need, checked when a run starts (before Spark, before the lock).
+    """The Kafka addresses the selected tables need: `${NAME}` set and host:port, and a broker answering there;
+    checked when a run starts (before Spark, before the lock).
 
     Not at load time: Airflow parses the spec where the broker's address may not be set, and a spec must not hard-code
     where a cluster lives.
@@ -1256,16 +1257,31 @@ def environment_problems(pipeline: Pipeline, table_ids: list[str]) -> list[str]:
     problems = []
     for where, text in dict(settings).items():
         match = _ENV_REF.match(text)
-        if not match:
-            continue
         value = resolve_setting(text)
-        if not value:
+        if match and not value:
             problems.append(f"{pipeline.spec_path}: {where}: environment variable {match.group(1)} is not set. Fix: "
                             f"export {match.group(1)}=host:port[,host:port] where the run starts")  # fmt: skip
-        elif not all(_HOST_PORT.match(server.strip()) for server in value.split(",")):
+        elif match and not all(_HOST_PORT.match(server.strip()) for server in value.split(",")):
             problems.append(f"{pipeline.spec_path}: {where}: environment variable {match.group(1)}={value!r} is not "
                             f"host:port[,host:port]. Fix: export {match.group(1)}=broker1:9092,broker2:9092")  # fmt: skip
+        elif value and not any(_accepts(server.strip()) for server in value.split(",")):
+            # Spark's Kafka client would retry for minutes before failing with a timeout that names no setting.
+            named = f" (from {match.group(1)})" if match else ""
+            problems.append(f"{pipeline.spec_path}: {where}: no Kafka broker answers on {value}{named}. Fix: start "
+                            f"the broker (on this machine: make kafka-up) or point the setting at a running one")  # fmt: skip
     return problems
+
+
+def _accepts(server: str, timeout: float = 3.0) -> bool:
+    """Whether host:port accepts a TCP connection (the cheapest sign a broker is there)."""
+    import socket
+
+    host, _, port = server.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def duration_seconds(text: str | None) -> int | None:
@@ -1317,9 +1333,11 @@ def function_problems(reference: str, options: list[str]) -> list[tuple[str, str
     origin = str(found.origin or "")
     if not origin.endswith(".py"):
         return []
-    try:
-        tree = ast.parse(Path(origin).read_text(), origin)
-    except (OSError, SyntaxError, ValueError) as exc:
+    try:  # through the loader: under spark-submit the module sits in the --py-files zip, not in a folder
+        get_source = getattr(found.loader, "get_source", None)
+        source = get_source(found.name) if get_source else Path(origin).read_text()
+        tree = ast.parse(source or "", origin)
+    except (OSError, ImportError, SyntaxError, ValueError) as exc:
         return [("function", f"module {module!r} cannot be read ({type(exc).__name__}: {exc})", f"fix {origin}")]
     binding: Any = None
     for node in tree.body:  # the last top-level binding wins, as at import time

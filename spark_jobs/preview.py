@@ -3,10 +3,11 @@
 The notebook `display(streaming_df)` of the Structured Streaming course, for a spec: the same source read and
 the same plan `run_table` runs (sources.read_table_source + plan.plan_table, in the table's output mode), into a
 `foreachBatch` that collects each batch to the driver and prints it. Differences from a run, on purpose:
-- the source is read one file per micro-batch (Delta or landing), so the batches are small and numbered, and
-  the query stops after --batches of them;
+- the source is read one file per micro-batch (Delta or landing), or --rows messages per micro-batch (Kafka, from
+  the spec's `starting_offsets`), so the batches are small and numbered, and the query stops after --batches of them;
 - the checkpoint lives in a temporary folder outside the lake, deleted afterwards, and no pipeline lock is
-  taken: the lake (tables, quarantines, checkpoints, event log) is left exactly as it was;
+  taken: the lake (tables, quarantines, checkpoints, event log) is left exactly as it was (and a topic too: Spark's
+  Kafka source commits no consumer offsets);
 - no gate, no quarantine split: a landing table's rows keep their `_error` (non-null: the quarantine's reason).
 
 Exit codes: 0 shown, 1 the query failed or its upstream has no data yet, 2 invalid spec, table or arguments.
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from millpond import paths
 from millpond.delta_log import latest_version
-from millpond.spec import Pipeline, RateLimit, SpecError, Table, load_pipeline
+from millpond.spec import Pipeline, RateLimit, SpecError, Table, environment_problems, load_pipeline
 
 HIDDEN = ("_raw", "_new_fields", "_line_bucket")  # a landing read's raw text (quarantine material) and drift bookkeeping
 CELL = 24  # characters shown per value
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"millpond preview: invalid spec or arguments:\n{exc}", file=sys.stderr)
         return 2
+    unset = environment_problems(pipeline, [table.id])  # a Kafka address: unset, malformed or nobody answering
+    if unset:
+        print("millpond preview: invalid environment:\n" + "\n".join(unset), file=sys.stderr)
+        return 2
     missing = missing_input(pipeline, table)
     if missing:  # answered before any JVM starts
         print(f"millpond preview: {missing}", file=sys.stderr)
@@ -68,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_spark_session(f"millpond-preview:{pipeline.name}", pipeline.shuffle_partitions, args.master)
     checkpoint = Path(tempfile.mkdtemp(prefix="millpond-preview-"))
     reads = " joined with ".join(table.upstreams)
-    print(f"millpond preview: {pipeline.name} {table.id} ({table.query_output_mode} mode) reads {reads} one "
-          f"file per micro-batch, at most {args.batches} micro-batches, {args.rows} rows each; nothing is written to "
+    unit = f"{args.rows} messages" if table.reads_kafka else "one file"
+    print(f"millpond preview: {pipeline.name} {table.id} ({table.query_output_mode} mode) reads {reads} {unit} "
+          f"per micro-batch, at most {args.batches} micro-batches, {args.rows} rows each; nothing is written to "
           "the lake")  # fmt: skip
     try:
         shown, stopped = run_preview(spark, pipeline, table, checkpoint, args.batches, args.rows)
@@ -91,9 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def missing_input(pipeline: Pipeline, table: Table) -> str | None:
     """Why there is nothing to preview yet, with the fix; None when the source exists."""
-    if table.reads_kafka:
-        return (f"{table.id} reads Kafka ({table.source}), which preview does not read yet. Fix: millpond run "
-                f"{pipeline.name} --tables {table.id}, then preview a table that reads {table.id}")  # fmt: skip
+    if table.reads_kafka:  # whether the topic holds anything only the broker knows: the query finds out
+        return None
     if table.reads_landing:
         folder = paths.landing_path(pipeline.sources[table.source].path)
         if not folder.is_dir():
@@ -106,9 +111,13 @@ def missing_input(pipeline: Pipeline, table: Table) -> str | None:
     return None
 
 
-def one_file_per_batch(pipeline: Pipeline, table: Table) -> tuple[Pipeline, Table]:
-    """The spec with its source read one file per micro-batch: small batches, and a query that can stop early."""
+def small_batches(pipeline: Pipeline, table: Table, rows: int) -> tuple[Pipeline, Table]:
+    """The spec with its source read one file (or `rows` Kafka messages) per micro-batch: small batches, and a query
+    that can stop early."""
     one = RateLimit(max_files_per_trigger=1)
+    if table.reads_kafka:
+        source = replace(pipeline.sources[table.source], rate_limit=RateLimit(max_offsets_per_trigger=rows))
+        return replace(pipeline, sources={**pipeline.sources, source.id: source}), table
     if table.reads_landing:
         source = replace(pipeline.sources[table.source], rate_limit=one)
         return replace(pipeline, sources={**pipeline.sources, source.id: source}), table
@@ -161,7 +170,7 @@ def run_preview(spark, pipeline: Pipeline, table: Table, checkpoint: Path, batch
     from spark_jobs import sources
     from spark_jobs.plan import plan_table
 
-    pipeline, table = one_file_per_batch(pipeline, table)
+    pipeline, table = small_batches(pipeline, table, rows)
     df = plan_table(sources.read_table_source(spark, pipeline, table), table, sources.read_join_source(spark, table),
                     sources.read_dimension(spark, pipeline, table))  # fmt: skip
     printer = BatchPrinter(batches, rows, collect_all=bool(table.order_by))

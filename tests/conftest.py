@@ -36,7 +36,7 @@ def lake(tmp_path, monkeypatch) -> Path:
 @pytest.fixture(scope="session")
 def kafka_broker():
     """A real Kafka broker (KRaft) for the session; a broker that cannot start fails the test, naming the fix."""
-    from tests.kafka_broker import KafkaBroker
+    from millpond.kafka_broker import KafkaBroker
 
     broker = KafkaBroker().start()
     yield broker

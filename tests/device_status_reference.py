@@ -67,7 +67,7 @@ class Feed:
 
     def send(self, spark, bootstrap: str, items: list) -> None:
         """Produce a round (events and raw values) in list order; the messages of one run of the pipeline."""
-        from tests.kafka_broker import produce
+        from millpond.kafka_broker import produce
 
         messages = []
         for item in items:

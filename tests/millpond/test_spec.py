@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import copy
+import socket
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from millpond.spec import KafkaSource, SpecError, all_spec_paths, load_pipeline, validate_all
+from millpond.spec import KafkaSource, SpecError, all_spec_paths, function_problems, load_pipeline, validate_all
 from spark_jobs import runner
 
 pytestmark = pytest.mark.unit
@@ -473,8 +475,8 @@ def test_kafka_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
 
 
 def test_a_run_needing_an_unset_kafka_address_is_refused_before_spark(tmp_path, monkeypatch, capsys):
-    """`${NAME}` is read when a run starts (Airflow parses specs where it may be unset): unset or not host:port, the
-    run exits 2 naming the file, the field, the variable and the fix, and starts nothing."""
+    """`${NAME}` is read when a run starts (Airflow parses specs where it may be unset): unset, not host:port or no
+    broker answering there, the run exits 2 naming the file, the field, the variable and the fix, and starts nothing."""
     path = write_spec(tmp_path, KAFKA_SPEC, "devices")
     monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
     monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
@@ -490,6 +492,14 @@ def test_a_run_needing_an_unset_kafka_address_is_refused_before_spark(tmp_path, 
     assert runner.main([str(path), "--tables", "bronze.events"]) == 2
     assert_problem(capsys.readouterr().err, "sources.events.bootstrap_servers",
                    "MILLPOND_KAFKA_BOOTSTRAP='localhost' is not host:port", "Fix: export MILLPOND_KAFKA_BOOTSTRAP=")
+    with socket.socket() as unused:  # a port nobody listens on: Spark's client would retry for minutes
+        unused.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{unused.getsockname()[1]}"
+        monkeypatch.setenv("MILLPOND_KAFKA_BOOTSTRAP", address)
+        assert runner.main([str(path), "--tables", "bronze.events"]) == 2
+    assert_problem(capsys.readouterr().err, "sources.events.bootstrap_servers",
+                   f"no Kafka broker answers on {address} (from MILLPOND_KAFKA_BOOTSTRAP)",
+                   "Fix: start the broker (on this machine: make kafka-up)")
     assert not (tmp_path / "lake" / "_system").exists()  # no lock, no event log: nothing started
 
 
@@ -635,6 +645,23 @@ def test_join_tables_load_after_both_upstreams_and_full_refresh_follows_either_s
 )  # fmt: skip
 def test_stateful_rules_name_field_and_fix(tmp_path, mutate, field, message, fix):
     assert_problem(problems_for(tmp_path, mutate), field, message, fix)
+
+
+def test_a_stateful_function_is_checked_inside_a_zip_as_spark_submit_ships_it(tmp_path, monkeypatch):
+    """Under Airflow the job imports transforms from spark-submit's --py-files zip: validation must read them there
+    (it once failed every stateful spec with 'Not a directory')."""
+    archive = tmp_path / "src.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("zipped_transforms/__init__.py", "")
+        zipped.writestr("zipped_transforms/status.py", "LIMIT = 3\n\ndef latest(key, rows, state, fields=()):\n"
+                                                        "    yield from rows\n")  # fmt: skip
+    monkeypatch.syspath_prepend(str(archive))
+    assert function_problems("zipped_transforms.status:latest", ["fields"]) == []
+    assert function_problems("zipped_transforms.status:LIMIT", []) == [
+        ("function", "zipped_transforms.status.LIMIT is not callable (a constant value)",
+         "point 'function' at a def taking (key, rows, state, **options)")]  # fmt: skip
+    [(field, message, _)] = function_problems("zipped_transforms.status:latest", ["gap"])
+    assert field == "options.gap" and "latest takes no parameter 'gap'" in message
 
 
 def test_a_stateful_table_loads_and_counts_as_stateful(tmp_path):

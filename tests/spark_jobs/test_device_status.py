@@ -24,9 +24,9 @@ import yaml
 
 from millpond import paths
 from millpond.delta_log import latest_version
+from millpond.kafka_broker import consume
 from spark_jobs import runner
 from tests.device_status_reference import PARTITIONS, ROUNDS, Feed, minutes
-from tests.kafka_broker import consume
 from tests.lake_tables import event_log
 
 pytestmark = pytest.mark.integration
@@ -144,7 +144,7 @@ def run_killed_at(fault: str) -> None:
 
 def test_the_reference_follows_the_rules_the_rounds_were_designed_for(monkeypatch):
     """Guard the hand-made rounds: what each is meant to show is what the reference computes."""
-    monkeypatch.setattr("tests.kafka_broker.produce", lambda *args: None)
+    monkeypatch.setattr("millpond.kafka_broker.produce", lambda *args: None)
     feed = Feed("events")
     for items in ROUNDS:
         feed.send(None, "", items)

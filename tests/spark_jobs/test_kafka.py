@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,10 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from millpond import kafka_broker as harness
 from millpond import paths, run_summary
+from millpond.kafka_broker import consume, produce
 from spark_jobs import preview, runner
-from tests import kafka_broker as harness
-from tests.kafka_broker import consume, produce
 
 pytestmark = pytest.mark.integration
 
@@ -155,10 +156,18 @@ def topics(kafka_broker, lake, tmp_path, monkeypatch) -> tuple[Topic, str]:
     return Topic(events), alerts
 
 
-def test_kafka_to_bronze_and_back_to_kafka_matches_what_was_sent(spark, kafka_broker, topics):
+def test_kafka_to_bronze_and_back_to_kafka_matches_what_was_sent(spark, kafka_broker, topics, lake, capsys):
     events, alerts = topics
     bootstrap = kafka_broker.bootstrap
     events.round(spark, bootstrap, 0, 30)
+    # `millpond preview` reads the topic in batches of --rows messages and writes nothing, not even offsets.
+    assert preview.main(["devices", "bronze.events", "--batches", "2", "--rows", "4"]) == 0
+    shown = capsys.readouterr().out
+    assert "bronze.events (append mode) reads kafka.events 4 messages per micro-batch" in shown, shown
+    sizes = [int(n) for n in re.findall(r"^batch \d+: (\d+) rows?", shown, re.MULTILINE)]
+    assert len(sizes) == 2 and all(0 < n <= 4 for n in sizes) and "stopped after 2 micro-batches" in shown, shown
+    assert any(line.startswith("| ") and "_kafka_offset" in line for line in shown.splitlines()), shown
+    assert not list(lake.iterdir()), "preview wrote to the lake"
     assert runner.main(["devices", "--run-id", "r0"]) == 0
     assert bronze(spark) == events.good()
     assert quarantined(spark) == sorted(events.bad()) and len(events.bad()) == len(MALFORMED)
@@ -228,15 +237,17 @@ def test_sigkills_leave_bronze_exact_and_the_kafka_sink_at_least_once(spark, kaf
 
 
 @pytest.mark.unit
-def test_preview_of_a_kafka_table_says_it_cannot_yet(tmp_path, monkeypatch, capsys):
+def test_preview_of_a_kafka_table_without_its_broker_address_stops_before_spark(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "pipelines"
     folder.mkdir()
     (folder / "devices.yaml").write_text(yaml.safe_dump(spec("events", "alerts")))
     monkeypatch.setenv("MILLPOND_PIPELINES", str(folder))
     monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
-    assert preview.main(["devices", "bronze.events"]) == 1
-    assert "bronze.events reads Kafka (kafka.events), which preview does not read yet. Fix: millpond run devices " in (
-        capsys.readouterr().err)  # fmt: skip
+    monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
+    assert preview.main(["devices", "bronze.events"]) == 2
+    err = capsys.readouterr().err
+    assert "sources.events.bootstrap_servers: environment variable MILLPOND_KAFKA_BOOTSTRAP is not set" in err
+    assert "Fix: export MILLPOND_KAFKA_BOOTSTRAP=" in err
 
 
 def test_a_broker_that_cannot_start_fails_with_the_fix_or_its_log(tmp_path, monkeypatch):
