@@ -81,14 +81,15 @@ def send_device_events(pipeline, hours: int, rows: int, malformed: float, seed: 
     """Send device_status's events to its topic, continuing from the newest event time already there."""
     from millpond.generate import ACTIVITY_EPOCH, DEVICES, device_events
     from millpond.kafka_broker import BrokerFailed, latest_event_time, produce
-    from millpond.spec import resolve_setting
+    from millpond.spec import environment_problems, resolve_setting
 
     source = pipeline.sources["kafka.device_events"]
-    bootstrap, topic = resolve_setting(source.bootstrap_servers), source.topics[0]
-    if not bootstrap:
-        print(f"millpond generate: {source.bootstrap_servers} is not set (sources.device_events.bootstrap_servers)."
-              " Fix: make kafka-up, then export the MILLPOND_KAFKA_BOOTSTRAP it prints", file=sys.stderr)  # fmt: skip
+    readers = [t.id for t in pipeline.tables.values() if t.source == source.id]
+    problems = environment_problems(pipeline, readers)  # unset, malformed or no broker there: before any JVM
+    if problems:
+        print("millpond generate: " + "\n".join(problems), file=sys.stderr)
         return 2
+    bootstrap, topic = resolve_setting(source.bootstrap_servers), source.topics[0]
     from spark_jobs.session import build_spark_session
 
     spark = build_spark_session("millpond-generate", shuffle_partitions=1)

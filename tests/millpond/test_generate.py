@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from millpond.generate import activity_files
+from millpond import cli
+from millpond.generate import activity_files, device_events
 
 pytestmark = pytest.mark.unit
 
@@ -45,8 +48,6 @@ def test_duplicates_and_malformed_rates_are_applied(tmp_path):
 
 
 def test_clicks_rounds_land_impressions_and_the_clicks_on_them(tmp_path):
-    from datetime import datetime
-
     from millpond.generate import clicks_files
 
     impressions, clicks = tmp_path / "impressions", tmp_path / "clicks"
@@ -74,3 +75,46 @@ def test_clicks_rounds_land_impressions_and_the_clicks_on_them(tmp_path):
         assert 0 < sum(lag > 60 for lag in lags) < len(lags) * 0.25  # about one in ten out of the join's range
         hours = {time(r["impression_time"]).hour for r in shown.values()}
         assert hours == {k}  # round k is hour k: event time continues from the rounds already landed
+
+
+def test_device_events_report_once_a_minute_with_late_malformed_and_unknown_ones():
+    start = datetime(2026, 11, 1, 5, tzinfo=UTC)
+    messages = device_events(start, hours=2, rows=300, malformed=0.05, seed=3)
+    events, bad = [], 0
+    for key, value in messages:
+        try:
+            event = json.loads(value)
+        except ValueError:
+            bad += 1
+            continue
+        if not isinstance(event, dict) or not isinstance(event["battery"], float):
+            bad += 1
+            continue
+        assert key == event["device_id"]  # keyed by device: one partition per device
+        events.append((datetime.fromisoformat(event["event_time"]), event))
+    assert 0.02 < bad / len(messages) < 0.09  # about --malformed of them
+    times = [(e["device_id"], t) for t, e in events]
+    assert len(set(times)) == len(times) and all(t.second == 0 and start <= t < start + timedelta(hours=2)
+                                                 for _, t in times)  # at most once a minute, on the minute
+    late = sum(later < earlier for (earlier, _), (later, _) in zip(events, events[1:], strict=False))
+    assert 0 < late < len(events) * 0.15  # about one in twenty sent after younger events
+    assert {e["status"] for _, e in events} >= {"ok", "warning", "rebooting"}  # rebooting: the gate sets it aside
+    assert all(0 <= e["battery"] <= 100 for _, e in events)
+    assert device_events(start, 2, 300, 0.05, seed=3) == messages  # seeded: the same feed again
+
+
+def test_generate_device_status_without_a_broker_stops_before_spark(tmp_path, monkeypatch, capsys):
+    """No JVM is started for an address that is unset or where nothing listens: the message names the fix."""
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    monkeypatch.delenv("MILLPOND_PIPELINES", raising=False)
+    monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
+    assert cli.main(["generate", "device_status"]) == 2
+    assert "environment variable MILLPOND_KAFKA_BOOTSTRAP is not set" in capsys.readouterr().err
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{unused.getsockname()[1]}"
+        monkeypatch.setenv("MILLPOND_KAFKA_BOOTSTRAP", address)
+        assert cli.main(["generate", "device_status"]) == 2
+    err = capsys.readouterr().err
+    assert f"sources.device_events.bootstrap_servers: no Kafka broker answers on {address}" in err
+    assert "Fix: start the broker (on this machine: make kafka-up)" in err

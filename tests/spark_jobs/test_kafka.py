@@ -263,3 +263,10 @@ def test_a_broker_that_cannot_start_fails_with_the_fix_or_its_log(tmp_path, monk
     monkeypatch.setattr(harness, "JARS", tmp_path / "no-jars")
     with pytest.raises(harness.BrokerFailed, match="Kafka broker jars not found .* Fix: make kafka-broker"):
         harness.KafkaBroker(tmp_path / "nothing").start()
+
+
+def test_sending_to_a_topic_the_broker_lacks_fails_at_once_with_the_fix(spark, kafka_broker):
+    """`millpond generate device_status` before `make kafka-up` created the topic: no one-minute metadata wait."""
+    with pytest.raises(harness.BrokerFailed, match=r"topic 'no-such-topic' does not exist on 127\.0\.0\.1:\d+\. Fix: "
+                                                   "make kafka-up"):  # fmt: skip
+        produce(spark, kafka_broker.bootstrap, "no-such-topic", [(None, b"d1", b"{}")])
