@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from millpond import checkpoints, paths
 from millpond.delta_log import latest_version
@@ -322,6 +323,27 @@ def test_a_missing_or_ambiguous_dimension_stops_the_lookup_table_with_the_fix(sp
     (folder / "more.csv").unlink()
     assert runner.main(["clicks", "--run-id", "fixed", "--tables", CTR]) == 0
     assert_ctr(spark, ROUNDS[:1], [{"ad_a": ("spring", "acme"), "ad_b": ("spring", "globex")}])
+
+
+def test_a_delta_dimension_is_read_whole_by_each_run(spark, lake, tmp_path, monkeypatch):
+    """The campaigns dimension as a Delta table instead of a CSV: each run reads its latest version, so a campaign
+    renamed between runs applies to the rows of the next run only, as the reference says."""
+    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "clicks.yaml").read_text())
+    spec["sources"]["campaigns"] = {"static": True, "format": "delta", "path": "landing/campaigns_delta",
+                                    "schema": "ad_id STRING, campaign STRING, advertiser STRING"}  # fmt: skip
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "clicks.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))  # measures keep order
+    monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path / "pipelines"))
+    dimension, used = str(lake / "landing" / "campaigns_delta"), [DIMENSIONS[0], DIMENSIONS[2]]  # ad_a renamed
+    for round_number, campaigns in enumerate(used):
+        land(lake, round_number)  # (its CSV dimension is not read: the spec points at the Delta table)
+        rows = [(ad, c, a) for ad, (c, a) in campaigns.items()]
+        spark.createDataFrame(rows, "ad_id STRING, campaign STRING, advertiser STRING").write.format("delta").mode(
+            "overwrite").save(dimension)  # fmt: skip
+        assert runner.main(["clicks", "--run-id", f"delta-{round_number}"]) == 0
+        assert_ctr(spark, ROUNDS[: round_number + 1], used[: round_number + 1])
+    # Had the second run kept the first dimension, the table would differ:
+    assert ctr_reference(ROUNDS[:2], used) != ctr_reference(ROUNDS[:2], [used[0], used[0]])
 
 
 # ---------------------------------------------------------------------------------------------- crashes
