@@ -208,17 +208,20 @@ class BatchWriter:
         """Split parsed lines: well-formed rows to the table, the rest (raw text + reason) to its quarantine.
 
         One pass parses the files, writes the good rows and counts every row and the bad ones (`observe`); only a
-        batch that had bad lines is read a second time, for its quarantine, and of a json batch only the lines
-        whose hash bucket held a bad line are parsed again. Caching the parsed batch instead cost more than the
-        parse itself (B3). A replayed batch whose table write Delta skips executes no plan, so it is counted by a
-        query of its own.
+        batch that had bad lines is read a second time, for its quarantine. Of a json landing batch that second read
+        takes only the files that held bad lines and parses only their lines whose hash bucket held one
+        (`sources.reread_bad_lines`); re-filtering the batch frame would run its whole parse again, because
+        foreachBatch hands over the executed micro-batch, where no filter reaches below the parse. Caching the
+        parsed batch instead cost more than the parse itself (B3). A replayed batch whose table write Delta skips
+        executes no plan, so it is counted by a query of its own.
         """
         ingested_at = F.lit(datetime.now(UTC)).cast("timestamp")
         is_bad = F.col(sources.ERROR).isNotNull()
         counts = [F.count(F.lit(1)).alias("rows"), F.count_if(is_bad).alias("bad")]
-        bucketed = sources.LINE_BUCKET in batch.columns
-        if bucketed:  # at most LINE_BUCKETS distinct values: bounded however bad the batch is
+        rereadable = self.rereads_bad_lines(batch)
+        if rereadable:  # bounded however bad the batch is: LINE_BUCKETS buckets, the batch's files
             counts.append(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("bad_buckets"))
+            counts.append(F.collect_set(F.when(is_bad, F.col(sources.SOURCE_FILE))).alias("bad_files"))
         counted = None
         if not self.drift_needs_a_pass(batch):  # `add`/`fail` query the batch first; Observation fails after that
             counted = Observation(f"millpond-landing-{self.app_id}-{batch_id}-{uuid.uuid4().hex}")
@@ -239,10 +242,10 @@ class BatchWriter:
         if self.listener is not None:
             self.listener.rows_read[(self.table.id, batch_id)] = rows
         if bad_rows:
-            bad = batch
-            if bucketed and len(metrics["bad_buckets"]) <= sources.LINE_BUCKETS // 4:
-                bad = batch.where(F.col(sources.LINE_BUCKET).isin(metrics["bad_buckets"]))
-            bad = bad.where(is_bad).select(
+            bad = batch.where(is_bad)
+            if rereadable:
+                bad = self.reread_bad_lines(metrics, bad_rows, batch_id)
+            bad = bad.select(
                 F.col(sources.RAW).alias("raw"),
                 F.col(sources.SOURCE_FILE).alias("source_file"),
                 F.col(sources.ERROR).alias("reason"),
@@ -252,6 +255,34 @@ class BatchWriter:
             )
             inject_fault(self.table.id, "between_writes", batch_id)
             self.write(bad, self.quarantine, "append", batch_id)
+
+    def reread_bad_lines(self, metrics: dict, bad_rows: int, batch_id: int) -> DataFrame:
+        """The batch's bad lines from their files, materialised, and checked against the count of the first read.
+
+        A landing file that changed or vanished in between would otherwise put other lines in the quarantine than
+        the ones missing from the table; this way the batch fails before writing them, naming the files.
+        """
+        files = metrics["bad_files"]
+        source = self.pipeline.sources[self.table.source]
+        bad = sources.reread_bad_lines(self.spark, source, files, metrics["bad_buckets"]).localCheckpoint(eager=True)
+        found = bad.count()
+        if found != bad_rows:
+            shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+            self.result.error = (
+                f"{self.table.id}: batch {batch_id} read {bad_rows} malformed line(s) from {shown}, but reading "
+                f"those files again for the quarantine found {found}: a landing file changed or was removed while "
+                "this run read it. The table holds the batch's well-formed rows; its quarantine was not written. "
+                "Fix: land files once and never rewrite them (write under a name starting with '.' or '_', then "
+                "rename); put the files back as they were, then rerun to write the quarantine"
+            )  # fmt: skip
+            raise RuntimeError(self.result.error)
+        return bad
+
+    def rereads_bad_lines(self, batch: DataFrame) -> bool:
+        """Whether the quarantine pass can read the bad lines again from their files: a json landing source, and
+        no transform that could filter the batch (its quarantine then comes from the batch itself)."""
+        return (self.table.reads_landing and self.pipeline is not None and not self.table.transform
+                and sources.LINE_BUCKET in batch.columns)  # fmt: skip
 
     def drift_needs_a_pass(self, batch: DataFrame) -> bool:
         """Whether `shape_for_drift` must look at the batch's new fields (policies `add` and `fail`)."""

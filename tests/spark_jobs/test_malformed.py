@@ -163,8 +163,12 @@ def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, t
     assert len(buckets) == 2  # "not json" and the string Index
     bad = parsed.where(F.col(sources.LINE_BUCKET).isin(buckets)).where(is_bad)
     assert sorted(r[sources.RAW] for r in bad.collect()) == sorted(r[sources.RAW] for r in parsed.where(is_bad).collect())
-    scan = next(line for line in bad._jdf.queryExecution().executedPlan().toString().splitlines() if "FileScan" in line)
+    plan = bad._jdf.queryExecution().executedPlan().toString().splitlines()
+    scan = next(line for line in plan if "FileScan" in line)
     assert "xxhash64(value" in scan.split("DataFilters:")[1].split("], ")[0]
+    # ... while the filter on the parse's results stays above the parse: from_json runs once per line
+    assert [line for line in plan if "Filter" in line and "from_json" in line] == []
+    assert sum(line.count("from_json(StructField(") for line in plan) == 1  # the schema's parse (not the rescue's)
 
 
 CSV_SPEC = {
@@ -198,3 +202,36 @@ def test_csv_field_counts_types_and_required_fields_get_reasons(spark, lake, tmp
         "f,7.5,seven": prefix + "field n: expected int, got seven",
         '{"reading":6.5,"n":6}': "field sensor: missing or null (declared NOT NULL)",
     }
+
+
+def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(spark, lake, monkeypatch, capsys):
+    """Bronze reads a batch's bad lines again from their files for the quarantine; a file rewritten in between
+    must not put other lines there than the ones missing from the table."""
+    from spark_jobs import sources
+
+    folder = lake / "landing" / "activity"
+    folder.mkdir(parents=True)
+    landed = folder / "rewritten.json"
+    bad_lines = ["not json", good(3).replace('"Index": 3', '"Index": "three"')]
+    original = "\n".join([good(1), bad_lines[0], good(2), bad_lines[1]]) + "\n"
+    landed.write_text(original)
+    reread = sources.reread_bad_lines
+
+    def rewrite_then_reread(*args):
+        landed.write_text("\n".join([good(1), good(2), bad_lines[1]]) + "\n")  # a producer rewrites it mid-run
+        return reread(*args)
+
+    monkeypatch.setattr(sources, "reread_bad_lines", rewrite_then_reread)
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "rewritten"]) == 1
+    err = capsys.readouterr().err
+    assert "read 2 malformed line(s) from file:" in err and "rewritten.json, but reading those files again" in err
+    assert "found 1: a landing file changed or was removed while this run read it" in err
+    assert "Fix: land files once and never rewrite them" in err
+    assert sorted(r.Index for r in read(spark, "bronze.activity").collect()) == [1, 2]
+    assert not paths.quarantine_path("bronze.activity").exists()
+
+    monkeypatch.setattr(sources, "reread_bad_lines", reread)
+    landed.write_text(original)  # put back as it was: the rerun writes the quarantine, the table stays as it is
+    assert runner.main(["activity", "--tables", "bronze.activity"]) == 0
+    assert sorted(r.Index for r in read(spark, "bronze.activity").collect()) == [1, 2]
+    assert sorted(r.raw for r in quarantine(spark, "bronze.activity")) == sorted(bad_lines)
