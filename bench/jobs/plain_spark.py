@@ -11,23 +11,36 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 
-from millpond.spec import load_pipeline
+from pyspark.sql import DataFrame, SparkSession
+
+from millpond.spec import Pipeline, load_pipeline
 from spark_jobs.session import build_spark_session
 
 
 def main(landing: str, target: str) -> int:
-    pipeline = load_pipeline("activity")
-    spark = build_spark_session("bench:plain-spark", pipeline.shuffle_partitions)
-    started = time.perf_counter()
-    rows = (
+    return timed_job("bench:plain-spark", lambda spark, pipeline: read_landed(spark, pipeline, landing)
+                     .write.format("delta").mode("append").save(target), target)  # fmt: skip
+
+
+def read_landed(spark: SparkSession, pipeline: Pipeline, landing: str) -> DataFrame:
+    """The landed JSON with the schema and bronze's two bookkeeping columns, as a Spark engineer would read it."""
+    return (
         spark.read.schema(pipeline.sources["landing.activity"].schema).json(landing)
         .selectExpr("*", "_metadata.file_path AS _source_file", "current_timestamp() AS _ingested_at")
     )  # fmt: skip
-    rows.write.format("delta").mode("append").save(target)
+
+
+def timed_job(name: str, work: Callable[[SparkSession, Pipeline], None], counted: str) -> int:
+    """Run `work` from a ready session and print one JSON line: its seconds, and the rows of the Delta table
+    `counted` (so a side that read nothing cannot look fast)."""
+    pipeline = load_pipeline("activity")
+    spark = build_spark_session(name, pipeline.shuffle_partitions)
+    started = time.perf_counter()
+    work(spark, pipeline)
     seconds = time.perf_counter() - started
-    written = spark.read.format("delta").load(target).count()
-    print(json.dumps({"seconds": seconds, "rows": written}))
+    print(json.dumps({"seconds": seconds, "rows": spark.read.format("delta").load(counted).count()}))
     return 0
 
 
