@@ -1,0 +1,86 @@
+"""Where bronze's json parse time goes: the same landed files through each layer of it, into Spark's `noop` sink.
+
+Writes one JSON figure (bench/results-parse.json, not committed). One warm session, each variant repeated (median,
+min, max): plain `spark.read.json`, text + `from_json`, millpond's `parse_json_lines` as bronze writes it, and the
+same without the check for fields the schema does not name (`_object_keys`, which `schema_drift` needs). Not a
+timed test; it says which part of B3's gap is what. Usage:
+
+    .venv/bin/python bench/parse_cost.py [--scale large] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def seconds(make, repeats: int) -> dict:
+    """Median/min/max of writing the frame `make()` builds to the noop sink, after one untimed warm-up."""
+    make().write.format("noop").mode("overwrite").save()
+    taken = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        make().write.format("noop").mode("overwrite").save()
+        taken.append(round(time.perf_counter() - started, 2))
+    return {"median": statistics.median(taken), "min": min(taken), "max": max(taken), "n": repeats}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="large")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from bench import data
+    from millpond.spec import load_pipeline
+    from spark_jobs import sources
+    from spark_jobs.session import build_spark_session
+
+    files = [str(f) for f in data.pool(args.scale)[: data.SCALES[args.scale].b3_files]]
+    pipeline = load_pipeline("activity")
+    source = pipeline.sources["landing.activity"]
+    spark = build_spark_session("bench:parse-cost", pipeline.shuffle_partitions)
+
+    def lines():
+        return spark.read.format("text").load(files).select("value", F.col("_metadata.file_path").alias(
+            sources.SOURCE_FILE))
+
+    def good_rows():  # what bronze's writer keeps of a parsed batch
+        parsed = sources.parse_json_lines(lines(), StructType.fromDDL(source.schema), source.options)
+        return parsed.where(F.col(sources.ERROR).isNull()).drop(sources.RAW, sources.ERROR, sources.LINE_BUCKET)
+
+    def without_key_check():
+        keys = sources._object_keys
+        sources._object_keys = lambda schema: F.array().cast("array<string>")
+        try:
+            return good_rows()
+        finally:
+            sources._object_keys = keys
+
+    with_corrupt = StructType.fromDDL(source.schema).add("_corrupt_record", "string")
+    variants = {
+        "plain_read_json": lambda: spark.read.schema(source.schema).json(files),
+        "text_then_from_json": lambda: lines().select(F.from_json("value", with_corrupt).alias("j")).select("j.*"),
+        "millpond_parse": good_rows,
+        "millpond_parse_without_new_field_check": without_key_check,
+    }
+    figure = {"files": len(files), "mb": round(data.size_bytes([Path(f) for f in files]) / 2**20, 1),
+              "seconds": {name: seconds(make, args.repeats) for name, make in variants.items()}}  # fmt: skip
+    out = REPO / "bench" / "results-parse.json"
+    out.write_text(json.dumps(figure, indent=2) + "\n")
+    print(json.dumps(figure, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
