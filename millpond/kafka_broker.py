@@ -44,6 +44,13 @@ class BrokerFailed(RuntimeError):
     """The broker did not start or a tool failed; the message carries the fix or the log's tail."""
 
 
+def cluster_id(raw: bytes) -> str:
+    """A KRaft cluster id (16 bytes, URL-safe base64) that never starts with '-': the storage tool would read
+    `-tVC...` as an option and refuse to format (1 start in 32 failed that way). Kafka's own Uuid avoids it too."""
+    first_cleared = bytes([raw[0] & 0x7F]) + raw[1:]  # the first base64 letter is then A-Z or a-f
+    return base64.urlsafe_b64encode(first_cleared).decode().rstrip("=")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -108,8 +115,7 @@ class KafkaBroker:
     def start(self, timeout: float = 120) -> KafkaBroker:
         """Format the storage, start the JVM and wait until it serves; on failure stop and raise with the log."""
         config = self.write_config()
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self.java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(config),
+        self.java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id(uuid.uuid4().bytes), "--config", str(config),
                   "--ignore-formatted")  # fmt: skip
         with self.log.open("w") as log:
             self.process = subprocess.Popen(["java", *JVM, "-cp", self.classpath(), "kafka.Kafka", str(config)],

@@ -265,6 +265,19 @@ def test_a_broker_that_cannot_start_fails_with_the_fix_or_its_log(tmp_path, monk
         harness.KafkaBroker(tmp_path / "nothing").start()
 
 
+def test_a_cluster_id_never_starts_with_a_dash_so_the_storage_tool_formats_every_start(tmp_path):
+    """A random id starting with '-' (first byte 0xF8-0xFB: 1 start in 64) made `StorageTool format` read it as an
+    option and refuse: a broker start, and a CI run, failed by chance."""
+    ids = [harness.cluster_id(bytes([first]) + uuid.uuid4().bytes[1:]) for first in range(256)]
+    assert [i for i in ids if i.startswith(("-", "_")) or len(i) != 22] == []
+    broker = harness.KafkaBroker(tmp_path / "dash")
+    config = broker.write_config()
+    formatted = subprocess.run(["java", "-cp", broker.classpath(), "kafka.tools.StorageTool", "format", "--cluster-id",
+                                harness.cluster_id(bytes([0xF8]) + bytes(15)), "--config", str(config)],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert formatted.returncode == 0, formatted.stdout + formatted.stderr
+
+
 def test_sending_to_a_topic_the_broker_lacks_fails_at_once_with_the_fix(spark, kafka_broker):
     """`millpond generate device_status` before `make kafka-up` created the topic: no one-minute metadata wait."""
     with pytest.raises(harness.BrokerFailed, match=r"topic 'no-such-topic' does not exist on 127\.0\.0\.1:\d+\. Fix: "
