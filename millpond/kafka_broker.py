@@ -46,7 +46,7 @@ class BrokerFailed(RuntimeError):
 
 def cluster_id(raw: bytes) -> str:
     """A KRaft cluster id (16 bytes, URL-safe base64) that never starts with '-': the storage tool would read
-    `-tVC...` as an option and refuse to format (1 start in 32 failed that way). Kafka's own Uuid avoids it too."""
+    `-tVC...` as an option and refuse to format (1 start in 64 failed that way). Kafka's own Uuid avoids it too."""
     first_cleared = bytes([raw[0] & 0x7F]) + raw[1:]  # the first base64 letter is then A-Z or a-f
     return base64.urlsafe_b64encode(first_cleared).decode().rstrip("=")
 
@@ -115,7 +115,8 @@ class KafkaBroker:
     def start(self, timeout: float = 120) -> KafkaBroker:
         """Format the storage, start the JVM and wait until it serves; on failure stop and raise with the log."""
         config = self.write_config()
-        self.java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id(uuid.uuid4().bytes), "--config", str(config),
+        cluster = cluster_id(uuid.uuid4().bytes)
+        self.java("kafka.tools.StorageTool", "format", "--cluster-id", cluster, "--config", str(config),
                   "--ignore-formatted")  # fmt: skip
         with self.log.open("w") as log:
             self.process = subprocess.Popen(["java", *JVM, "-cp", self.classpath(), "kafka.Kafka", str(config)],

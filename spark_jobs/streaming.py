@@ -218,7 +218,7 @@ class BatchWriter:
         ingested_at = F.lit(datetime.now(UTC)).cast("timestamp")
         is_bad = F.col(sources.ERROR).isNotNull()
         counts = [F.count(F.lit(1)).alias("rows"), F.count_if(is_bad).alias("bad")]
-        rereadable = self.rereads_bad_lines(batch)
+        rereadable = self.can_reread_bad_lines(batch)
         if rereadable:  # bounded however bad the batch is: LINE_BUCKETS buckets, the batch's files
             counts.append(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("bad_buckets"))
             counts.append(F.collect_set(F.when(is_bad, F.col(sources.SOURCE_FILE))).alias("bad_files"))
@@ -242,9 +242,7 @@ class BatchWriter:
         if self.listener is not None:
             self.listener.rows_read[(self.table.id, batch_id)] = rows
         if bad_rows:
-            bad = batch.where(is_bad)
-            if rereadable:
-                bad = self.reread_bad_lines(metrics, bad_rows, batch_id)
+            bad = self.reread_bad_lines(metrics, bad_rows, batch_id) if rereadable else batch.where(is_bad)
             bad = bad.select(
                 F.col(sources.RAW).alias("raw"),
                 F.col(sources.SOURCE_FILE).alias("source_file"),
@@ -278,7 +276,7 @@ class BatchWriter:
             raise RuntimeError(self.result.error)
         return bad
 
-    def rereads_bad_lines(self, batch: DataFrame) -> bool:
+    def can_reread_bad_lines(self, batch: DataFrame) -> bool:
         """Whether the quarantine pass can read the bad lines again from their files: a json landing source, and
         no transform that could filter the batch (its quarantine then comes from the batch itself)."""
         return (self.table.reads_landing and self.pipeline is not None and not self.table.transform

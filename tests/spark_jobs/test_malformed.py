@@ -147,25 +147,33 @@ def test_python_and_spark_disagree_on_lines(spark, tmp_path):
     assert python_lines == ['{"a": "x', 'y"}', "A", "B", "C", "D", "E", "F\x00G"]
 
 
-def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, tmp_path):
-    """Why bronze's second read is cheap: the bucket filter on the raw text runs below from_json, in the scan."""
+def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, lake):
+    """Why bronze's second read is cheap: `reread_bad_lines` prunes to the files with bad lines and filters on the
+    raw text's bucket in the scan, below from_json."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
+    from millpond.spec import load_pipeline
     from spark_jobs import sources
 
-    path = tmp_path / "lines.json"
-    path.write_text('{"Device": "a", "Index": 1}\nnot json\n{"Device": "b", "Index": "two"}\n{"Device": "c"}\n')
-    text = spark.read.text(str(path)).select("value", F.col("_metadata.file_path").alias(sources.SOURCE_FILE))
-    parsed = sources.parse_json_lines(text, StructType.fromDDL("Device STRING, Index BIGINT"))
+    source = load_pipeline("activity").sources["landing.activity"]
+    folder = lake / "landing" / "activity"
+    folder.mkdir(parents=True)
+    wrong_type = good(2).replace('"Index": 2', '"Index": "two"')
+    (folder / "bad.json").write_text(f"{good(1)}\nnot json\n{wrong_type}\n")
+    (folder / "clean.json").write_text(f"{good(3)}\n{good(4)}\n")
+    text = spark.read.text(str(folder)).select("value", F.col("_metadata.file_path").alias(sources.SOURCE_FILE))
+    parsed = sources.parse_json_lines(text, StructType.fromDDL(source.schema), source.options)
     is_bad = F.col(sources.ERROR).isNotNull()
-    buckets = parsed.agg(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET)))).first()[0]
-    assert len(buckets) == 2  # "not json" and the string Index
-    bad = parsed.where(F.col(sources.LINE_BUCKET).isin(buckets)).where(is_bad)
+    found = parsed.agg(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("buckets"),
+                       F.collect_set(F.when(is_bad, F.col(sources.SOURCE_FILE))).alias("files")).first()  # fmt: skip
+    assert len(found.buckets) == 2 and [f.rsplit("/", 1)[-1] for f in found.files] == ["bad.json"]
+    bad = sources.reread_bad_lines(spark, source, found.files, found.buckets)
     assert sorted(r[sources.RAW] for r in bad.collect()) == sorted(r[sources.RAW] for r in parsed.where(is_bad).collect())
     plan = bad._jdf.queryExecution().executedPlan().toString().splitlines()
-    scan = next(line for line in plan if "FileScan" in line)
-    assert "xxhash64(value" in scan.split("DataFilters:")[1].split("], ")[0]
+    parse = next(i for i, line in enumerate(plan) if "from_json(StructField(" in line)
+    pushed = next(i for i, line in enumerate(plan) if "file_path" in line and "xxhash64(value" in line)
+    assert pushed > parse  # the plan prints top-down: the file and bucket filters run below the parse
     # ... while the filter on the parse's results stays above the parse: from_json runs once per line
     assert [line for line in plan if "Filter" in line and "from_json" in line] == []
     assert sum(line.count("from_json(StructField(") for line in plan) == 1  # the schema's parse (not the rescue's)
