@@ -32,10 +32,11 @@ def free_port() -> int:
 
 
 def master_state(webui: int) -> dict:
+    """The master's status page; {} until it answers with JSON (its web UI answers an empty body while starting)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=5) as response:
             return json.load(response)
-    except OSError:
+    except (OSError, ValueError):
         return {}
 
 
