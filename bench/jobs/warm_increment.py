@@ -18,10 +18,10 @@ from spark_jobs import runner
 
 def main(warm_up_lake: str, lake: str) -> int:
     timings = {}
-    for name, path in (("warm_up_seconds", warm_up_lake), ("seconds", lake)):
+    for name, path, run_id in (("warm_up_seconds", warm_up_lake, "bench-warm-up"), ("seconds", lake, "bench-warm")):
         os.environ["MILLPOND_LAKE"] = path  # read by every run: the session stays, the lake changes
         started = time.perf_counter()
-        code = runner.main(["activity", "--run-id", f"bench-warm-{name.split('_')[0]}"])
+        code = runner.main(["activity", "--run-id", run_id])
         if code != 0:
             print(f"bench: warm run on {path} failed with exit code {code}", file=sys.stderr)
             return code
