@@ -52,14 +52,19 @@ class Bench:
 
     @cached_property
     def incremental_runs(self) -> dict[str, list[Measured]]:
-        """The same new files landed on each history and run by `millpond run`, sides alternating."""
-        runs: dict[str, list[Measured]] = {"1x": [], "100x": []}
+        """The same new files landed on each history and run by `millpond run`, sides alternating.
+
+        A third side runs the 100x increment with the driver's default JIT instead of the C1-only one millpond picks
+        for a small run (millpond.driver_jit), so the results show what that choice buys.
+        """
+        runs: dict[str, list[Measured]] = {"1x": [], "100x": [], FULL_JIT: []}
         for rep in range(self.scale.repeats):
-            for history in runs:
-                lake = self.built(history)
+            for side in runs:
+                lake = self.built(side.split("-")[0])
                 data.restore_lake(lake)
                 data.land(lake, self.increment)
-                runs[history].append(run_millpond(lake, "--run-id", f"bench-increment-{rep}"))
+                jit = {"MILLPOND_DRIVER_JIT": "full"} if side == FULL_JIT else {}
+                runs[side].append(run_millpond(lake, "--run-id", f"bench-increment-{rep}", env=jit))
         return runs
 
     def fresh_lake(self, name: str, files: list[Path]) -> Path:
@@ -69,12 +74,21 @@ class Bench:
         return lake
 
 
-def run_millpond(lake: Path, *args: str) -> Measured:
-    return measure(millpond_command(*args), {"MILLPOND_LAKE": str(lake)})
+FULL_JIT = "100x-full-jit"
+
+
+def run_millpond(lake: Path, *args: str, env: dict[str, str] | None = None) -> Measured:
+    return measure(millpond_command(*args), {"MILLPOND_LAKE": str(lake), **(env or {})})
+
+
+def driver_jit(runs: list[Measured]) -> list[str]:
+    """The driver JIT each run's JVM ran with, as the runner read it back from the JVM (`millpond: driver JIT`)."""
+    return sorted({line.split("millpond: driver JIT ", 1)[1].split(":")[0] for r in runs
+                   for line in r.output.splitlines() if "millpond: driver JIT " in line})  # fmt: skip
 
 
 def b1_history_growth(bench: Bench) -> dict:
-    runs = bench.incremental_runs
+    runs = {h: bench.incremental_runs[h] for h in ("1x", "100x")}
     walls = {h: spread([r.wall for r in rs]) for h, rs in runs.items()}
     return {
         "what": "wall seconds of `millpond run` on the same new files (1 % of the 100x history) after 100x ÷ 1x",
@@ -84,7 +98,8 @@ def b1_history_growth(bench: Bench) -> dict:
                    "history_files": {"1x": len(bench.history_1x), "100x": len(bench.history_100x)},
                    "history_mb": {"1x": mb(bench.history_1x), "100x": mb(bench.history_100x)},
                    "new_files": len(bench.increment), "new_mb": mb(bench.increment),
-                   "history_runs": {"1x": 1, "100x": bench.scale.history_runs}},
+                   "history_runs": {"1x": 1, "100x": bench.scale.history_runs},
+                   "driver_jit": {h: driver_jit(rs) for h, rs in runs.items()}},
     }  # fmt: skip
 
 
@@ -96,8 +111,9 @@ def b2_full_reprocess(bench: Bench) -> dict:
         data.land(lake, bench.increment)
         full.append(run_millpond(lake, "--run-id", f"bench-full-{rep}", "--full-refresh", "bronze.activity"))
         warm.append(warm_increment(bench))
-    incremental = bench.incremental_runs["100x"]
+    incremental, full_jit = bench.incremental_runs["100x"], bench.incremental_runs[FULL_JIT]
     full_wall, incremental_wall = spread([r.wall for r in full]), spread([r.wall for r in incremental])
+    full_jit_wall = spread([r.wall for r in full_jit])
     warm_wall = spread(warm)
     return {
         "what": "wall seconds to rebuild every table from all 101 units of landed files ÷ the incremental run "
@@ -107,6 +123,10 @@ def b2_full_reprocess(bench: Bench) -> dict:
         "detail": {"full_refresh_seconds": full_wall, "incremental_seconds": incremental_wall,
                    "full_refresh_phases_median": median_phases(full),
                    "full_refresh_peak_rss_mb": spread([r.peak_rss_mb for r in full], 0),
+                   "driver_jit": {"full_refresh": driver_jit(full), "incremental": driver_jit(incremental)},
+                   "incremental_full_jit_seconds": full_jit_wall,
+                   "incremental_full_jit_phases_median": median_phases(full_jit),
+                   "quick_jit_speedup": round(full_jit_wall["median"] / incremental_wall["median"], 3),
                    "incremental_warm_driver_seconds": warm_wall,
                    "ratio_with_warm_driver": round(full_wall["median"] / warm_wall["median"], 2)},
     }  # fmt: skip
@@ -232,7 +252,7 @@ def b6_dag_parse(bench: Bench) -> dict:
 
 
 def b7_memory(bench: Bench) -> dict:
-    runs = bench.incremental_runs
+    runs = {h: bench.incremental_runs[h] for h in ("1x", "100x")}
     rss = {h: spread([r.peak_rss_mb for r in rs], 0) for h, rs in runs.items()}
     return {
         "what": "peak RSS (driver + JVM, sampled every 50 ms) of the B1 run after 100x history ÷ after 1x",

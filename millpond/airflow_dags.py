@@ -128,6 +128,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
         self.jars = ",".join(paths.delta_jars())
         self.py_files = str(build_py_files())
         self.conf = {**spark_conf(), **self.conf}
+        self.choose_driver_jit()
         # The driver imports millpond from the zip too, where the repo-relative defaults do not exist.
         self.env_vars = {**job_env(), **self.env_vars}
         self._hook = self.build_hook()
@@ -150,6 +151,16 @@ class MillpondSparkSubmitOperator(BaseOperator):
         detail = errors.getvalue().strip()
         raise AirflowException(f"millpond runner exited {code} before any Spark application: {reason}."
                                + (f"\n{detail}" if detail else ""))  # fmt: skip
+
+    def choose_driver_jit(self) -> None:
+        """C1-only JIT for a small run's driver JVM (millpond.driver_jit), added to any options the conf has."""
+        from spark_jobs import runner
+
+        jit = runner.driver_jit_for(list(self.application_args))
+        self.log.info("Driver JIT %s: %s", jit.mode, jit.reason)
+        if jit.java_options:
+            key = "spark.driver.extraJavaOptions"
+            self.conf[key] = " ".join(filter(None, [self.conf.get(key, ""), jit.java_options]))
 
     def build_hook(self):
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook

@@ -41,7 +41,7 @@ def verify(pipeline: Pipeline, table: Table) -> None:
     # A file sink's own log counts as data: a new checkpoint restarts at batch 0, which that log would skip.
     has_data = file_sink_log.table_version(table) >= 0
     offsets = checkpoint / "offsets"
-    if not _log_files(offsets):
+    if not log_files(offsets):
         if has_data:
             raise CheckpointProblem(
                 f"its checkpoint {checkpoint} is missing (no offsets) but the table has data; re-reading the source "
@@ -54,7 +54,7 @@ def verify(pipeline: Pipeline, table: Table) -> None:
     _read_log_entry(checkpoint / "commits", fix, required=False)
     if table.reads_landing:
         _check_file_source_log(checkpoint, latest_offsets, fix)
-    if table.is_stateful and _log_files(checkpoint / "commits") and not (checkpoint / "state").is_dir():
+    if table.is_stateful and log_files(checkpoint / "commits") and not (checkpoint / "state").is_dir():
         raise CheckpointProblem(
             f"its checkpoint's state folder {checkpoint / 'state'} is missing: the {_stateful_what(table)} "
             f"already seen would be forgotten. {fix}"
@@ -129,7 +129,7 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
     if table.reads_kafka:
         return "kafka"  # no listing to take without a Kafka client: `nothing_new` never skips such a table
     if table.reads_landing:
-        state: list = sorted(_landed_files(paths.landing_path(pipeline.sources[table.source].path)))
+        state: list = sorted(landed_files(paths.landing_path(pipeline.sources[table.source].path)))
     else:
         state = [_delta_state(paths.table_path(upstream)) for upstream in table.upstreams]
         if not table.join:
@@ -159,7 +159,7 @@ def nothing_new(pipeline: Pipeline, table: Table, fingerprint: str) -> dict | No
         recorded = json.loads((checkpoint / INPUT_FILE).read_text())
     except (OSError, ValueError):
         return None
-    offsets, commits = _log_files(checkpoint / "offsets"), _log_files(checkpoint / "commits")
+    offsets, commits = log_files(checkpoint / "offsets"), log_files(checkpoint / "commits")
     if recorded.get("fingerprint") != fingerprint or not offsets or not commits:
         return None
     return recorded if _batch_id(offsets[-1]) == _batch_id(commits[-1]) else None
@@ -172,7 +172,7 @@ def record_input(pipeline: Pipeline, table: Table, fingerprint: str, state_rows:
         _write_atomically(checkpoint / INPUT_FILE, {"fingerprint": fingerprint, "state_rows": state_rows})
 
 
-def _landed_files(root: Path) -> list[tuple[str, int, int]]:
+def landed_files(root: Path) -> list[tuple[str, int, int]]:
     """Every file Spark's file source would list under root (names starting with `.` or `_` are hidden)."""
     found = []
     for folder, dirs, files in os.walk(root):
@@ -204,7 +204,7 @@ def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | Non
 # ---------------------------------------------------------------------------------------------- Spark's files
 
 
-def _log_files(folder: Path) -> list[Path]:
+def log_files(folder: Path) -> list[Path]:
     """Batch files of a Spark metadata log (`0`, `1`, ..., `9.compact`), newest last."""
     if not folder.is_dir():
         return []
@@ -227,7 +227,7 @@ def _read_metadata(path: Path, fix: str) -> None:
 
 def _read_log_entry(folder: Path, fix: str, required: bool = True) -> list[dict]:
     """Parse the newest entry of an offsets/commits log: a version line (`v1`) then one JSON document per line."""
-    files = _log_files(folder)
+    files = log_files(folder)
     if not files:
         if required:
             raise CheckpointProblem(f"checkpoint folder {folder} is empty. {fix}")
@@ -246,7 +246,7 @@ def _check_file_source_log(checkpoint: Path, latest_offsets: list[dict], fix: st
     """The file source's seen-files log must reach the offset the checkpoint says was read (else: re-ingest)."""
     wanted = max((o.get("logOffset", -1) for o in latest_offsets[1:] if isinstance(o, dict)), default=-1)
     log = checkpoint / "sources" / "0"
-    files = _log_files(log)
+    files = log_files(log)
     newest = int(files[-1].name.split(".")[0]) if files else -1
     if newest < wanted:
         raise CheckpointProblem(

@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from millpond import checkpoints, event_log, file_sink_log, paths
+from millpond import checkpoints, driver_jit, event_log, file_sink_log, paths
 from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.run_record import RunContext, TableResult
 from millpond.spec import LAYERS, Pipeline, SpecError, environment_problems, load_pipeline
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
         unset = environment_problems(pipeline, tables)  # `${KAFKA_BOOTSTRAP}`-style settings
         if unset:
             raise SpecError(unset)
+        driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
     except SpecError as exc:
         print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
         return 2
@@ -135,7 +136,7 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
     from pyspark.sql import SparkSession
 
     from spark_jobs.progress import batch_rows, listening
-    from spark_jobs.session import build_spark_session
+    from spark_jobs.session import build_spark_session, driver_jit_in_effect
     from spark_jobs.streaming import TableFailed, run_table
 
     if refresh:
@@ -148,10 +149,15 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
         print(f"millpond: this run quarantines rows failing `fail` expectations of {', '.join(quarantine)} "
               "(with rule name and run id) instead of stopping at the gate")  # fmt: skip
     # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
-    phases = {} if SparkSession.getActiveSession() else {"launch": seconds_since_launch()}
+    launching = not SparkSession.getActiveSession()
+    phases = {"launch": seconds_since_launch()} if launching else {}
+    jit = driver_jit.choose(pipeline, tables, bool(refresh))
     started = time.perf_counter()
-    spark = build_spark_session(f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master)
+    spark = build_spark_session(f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master,
+                                jit.java_options)  # fmt: skip
     phases["spark_session"] = time.perf_counter() - started
+    if launching:
+        print(driver_jit_line(jit, driver_jit_in_effect(spark)), flush=True)
     results: list[TableResult] = []
     failed = None
     with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
@@ -173,6 +179,21 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
             print(format_result(result), flush=True)
     phases.update({r.table: r.seconds for r in results})
     return record_run(pipeline, run, results, phases, args, batch_rows(pipeline.name, run.run_id, listener))
+
+
+def driver_jit_for(argv: list[str]) -> driver_jit.DriverJit:
+    """The JIT a run with these arguments should start its driver JVM with (Airflow's task asks before spark-submit)."""
+    args = parse_args(argv)
+    pipeline = load_pipeline(args.pipeline)
+    tables, refresh = select_tables(pipeline, args)
+    return driver_jit.choose(pipeline, tables, bool(refresh))
+
+
+def driver_jit_line(chosen: driver_jit.DriverJit, in_effect: str) -> str:
+    """What the driver JVM actually runs with (read from the JVM), and why when it is what this run chose."""
+    name = {"quick": "quick (C1 only)", "full": "full (tiered C1 + C2)"}[in_effect]
+    why = chosen.reason if chosen.mode == in_effect else "set by the JVM's launcher, not by this run"
+    return f"millpond: driver JIT {name}: {why}"
 
 
 def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableResult] | None:

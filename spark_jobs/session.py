@@ -25,11 +25,12 @@ BASE_CONF = {
 }
 
 
-def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str | None = None) -> SparkSession:
+def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str | None = None,
+                        driver_java_options: str = "") -> SparkSession:  # fmt: skip
     """Build (or join, under spark-submit) the application's session.
 
     Shuffle partitions are frozen into a stateful query's checkpoint on its first run, so they are set here,
-    before any query starts.
+    before any query starts. Driver JVM options (millpond.driver_jit) apply only when this call starts the JVM.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
     builder = SparkSession.builder.appName(app_name)
@@ -38,9 +39,19 @@ def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str 
         builder = builder.config("spark.jars", ",".join(paths.delta_jars()))
         builder = builder.config("spark.ui.enabled", os.environ.get("MILLPOND_SPARK_UI", "false"))
         builder = builder.config("spark.driver.memory", os.environ.get("MILLPOND_DRIVER_MEMORY", "2g"))
+        if driver_java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", driver_java_options)
     for key, value in BASE_CONF.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("MILLPOND_SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def driver_jit_in_effect(spark: SparkSession) -> str:
+    """"quick" if the driver JVM runs C1 only (millpond.driver_jit), else "full": read from the JVM itself."""
+    from millpond.driver_jit import QUICK_OPTIONS
+
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    return "quick" if QUICK_OPTIONS in list(runtime.getInputArguments()) else "full"
