@@ -2,10 +2,10 @@
 
 A scheduled run usually reads a few MB, and its time is a cold JVM warming up: on a 2-core machine HotSpot's C2
 compiler threads compete with Spark's task threads for code that runs only once. Stopping at C1
-(`-XX:TieredStopAtLevel=1`) made bench B1's incremental run about 17 % faster, but a 1.1 GB full refresh 2.1x
-slower (README "Benchmarks"). So a run whose new landed input is small gets C1 only; a full refresh, a big backfill,
-or a run whose input size cannot be known without a JVM (Kafka, a table reading another table outside this run)
-keeps the default tiered JIT. `MILLPOND_DRIVER_JIT` = `quick` or `full` forces either.
+(`-XX:TieredStopAtLevel=1`) took 17 % off bench B2's incremental run (run 7), but made a 1.1 GB full refresh 2.1x
+slower (README "Benchmarks"). So a run whose new input is small gets C1 only; a full refresh, a big backfill, or a
+run whose input cannot be sized without a JVM (Kafka, a join, a table's first run over an existing table) keeps
+the default tiered JIT. `MILLPOND_DRIVER_JIT` = `quick` or `full` forces either.
 """
 
 from __future__ import annotations
