@@ -77,6 +77,16 @@ def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> 
     return sum(counts)
 
 
+def bytes_added(path: Path, after: int, upto: int) -> int:
+    """Bytes of the data files committed in versions (after, upto] (`add` actions that change data)."""
+    total = 0
+    for version in range(after + 1, upto + 1):
+        for line in (Path(path) / "_delta_log" / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
+            added = json.loads(line).get("add")
+            total += added["size"] if added and added.get("dataChange", True) else 0
+    return total
+
+
 def _rows_written(commit_info: dict) -> int:
     """A MERGE's numOutputRows also counts unchanged rows it copied: count the rows it inserted or updated."""
     metrics = commit_info.get("operationMetrics") or {}

@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from millpond import checkpoints, paths
-from millpond.delta_log import latest_version
+from millpond.delta_log import bytes_added, latest_version
 from millpond.spec import Pipeline, SpecError, Table
 
 ENV = "MILLPOND_DRIVER_JIT"
@@ -63,7 +63,7 @@ def choose(pipeline: Pipeline, tables: list[str], full_refresh: bool) -> DriverJ
 
 
 def pending_input_bytes(pipeline: Pipeline, tables: list[str]) -> int | None:
-    """Bytes of landed files that the run's landing tables have not read yet, or None if unknowable here.
+    """Bytes of input the run's entry tables have not read yet, or None if unknowable without a JVM.
 
     Tables downstream of another table in the same run read what that one writes, so only the run's entry tables
     count: landed files not in the file source's seen-files log, or the Delta commits after the offset the table
@@ -96,17 +96,12 @@ def _pending_delta_bytes(pipeline: Pipeline, table: Table) -> int | None:
     if table.reads_kafka or len(table.upstreams) != 1:
         return None
     offsets = checkpoints.log_files(paths.checkpoint_path(pipeline.name, table.id) / "offsets")
-    upstream = paths.table_path(table.upstreams[0]) / "_delta_log"
+    upstream = paths.table_path(table.upstreams[0])
     try:
         read_from = json.loads(offsets[-1].read_text(encoding="utf-8").splitlines()[2])["reservoirVersion"]
-        total = 0
-        for version in range(read_from, latest_version(upstream.parent) + 1):
-            for line in (upstream / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
-                added = json.loads(line).get("add")
-                total += added["size"] if added and added.get("dataChange", True) else 0
+        return bytes_added(upstream, read_from - 1, latest_version(upstream))
     except (IndexError, OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
         return None  # no checkpoint yet (the first run reads the whole table), or a log Spark must read itself
-    return total
 
 
 def _seen_files(checkpoint: Path) -> set[str] | None:
