@@ -125,6 +125,8 @@ class MillpondSparkSubmitOperator(BaseOperator):
             return
         master = spark_master(self._conn_id)
         self.log.info("Spark master %s (connection %r)", master, self._conn_id)
+        if self.run_in_warm_driver(master):
+            return
         self.jars = ",".join(paths.delta_jars())
         self.py_files = str(build_py_files())
         self.conf = {**spark_conf(), **self.conf}
@@ -151,6 +153,37 @@ class MillpondSparkSubmitOperator(BaseOperator):
         detail = errors.getvalue().strip()
         raise AirflowException(f"millpond runner exited {code} before any Spark application: {reason}."
                                + (f"\n{detail}" if detail else ""))  # fmt: skip
+
+    def run_in_warm_driver(self, master: str) -> bool:
+        """MILLPOND_WARM_DRIVER=on and a local master: the lake's warm driver runs this task's run, no spark-submit.
+
+        Its output streams into this task's log. If the task is killed its connection closes and the driver exits
+        mid-run, as spark-submit's process tree would; the retry replays from the checkpoint in a new driver.
+        """
+        from millpond import warm_driver
+
+        if not warm_driver.wanted():
+            return False
+        if not master.startswith("local"):
+            self.log.info("%s=on, but the master %s is not local: submitting with spark-submit", warm_driver.ENV, master)
+            return False
+        env = {**warm_driver.run_env(), **job_env(), **self.env_vars}
+        lines = {"out": [], "err": []}
+
+        def log_lines(kind: str):
+            def emit(text: str) -> None:
+                for line in text.rstrip("\n").splitlines():
+                    self.log.info("%s", line)
+                    lines[kind].append(line)
+
+            return emit
+
+        code = warm_driver.run(list(self.application_args), env, out=log_lines("out"), err=log_lines("err"))
+        if code != 0:
+            detail = "\n".join(lines["err"][-20:])
+            raise AirflowException(f"millpond runner exited {code} in the warm driver: "
+                                   f"{EXIT_CODES.get(code, 'see the log above')}.\n{detail}")  # fmt: skip
+        return True
 
     def choose_driver_jit(self) -> None:
         """C1-only JIT for a small run's driver JVM (millpond.driver_jit), added to any options the conf has."""

@@ -108,6 +108,34 @@ def send_device_events(pipeline, hours: int, rows: int, malformed: float, seed: 
     return 0
 
 
+def cmd_driver(args: argparse.Namespace) -> int:
+    """`millpond driver start|stop|status`: the lake's warm driver (millpond.warm_driver)."""
+    from millpond import warm_driver
+
+    lake = paths.lake_root()
+    if args.action == "start":
+        try:
+            info = warm_driver.start(lake)
+        except warm_driver.WarmDriverError as exc:
+            print(f"millpond: {exc}", file=sys.stderr)
+            return 1
+        print(f"warm driver pid {info['pid']} serving {lake} (JIT {info['jit']}, {info['runs']} run(s) served); "
+              f"runs use it with {warm_driver.ENV}=on; log {warm_driver.log_path(lake)}")  # fmt: skip
+        return 0
+    if args.action == "stop":
+        stopped = warm_driver.stop(lake)
+        print(f"warm driver of {lake}: " + ("stopping after its current run" if stopped else "none running"))
+        return 0
+    info = warm_driver.status(lake)
+    if info is None:
+        print(f"no warm driver for {lake}")
+        return 1
+    print(json.dumps(info, indent=2) if args.json else
+          f"warm driver pid {info['pid']} serving {lake}: {info['runs']} run(s) served, up {info['up_seconds']:.0f} s, "
+          f"JIT {info['jit']}{', running a run' if info['busy'] else ''}; log {warm_driver.log_path(lake)}")  # fmt: skip
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Each table's path, row count and version from its Delta log (a file sink: its `_spark_metadata` log, the
     version being the newest batch id), and the last run's outcome (no JVM)."""
@@ -167,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--malformed", type=float, default=0.0, help="fraction of malformed lines")
     generate.add_argument("--seed", type=int, default=None)
     generate.set_defaults(func=cmd_generate)
+    driver = sub.add_parser("driver", help="start, stop or show the lake's warm driver (a Spark driver that stays up "
+                            "between runs; runs use it with MILLPOND_WARM_DRIVER=on)")  # fmt: skip
+    driver.add_argument("action", choices=("start", "stop", "status"))
+    driver.add_argument("--json", action="store_true")
+    driver.set_defaults(func=cmd_driver)
     status = sub.add_parser("status", help="each table's path, rows and version, and the last run's outcome")
     status.add_argument("pipeline")
     status.add_argument("--json", action="store_true")

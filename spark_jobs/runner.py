@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from millpond import checkpoints, driver_jit, event_log, file_sink_log, paths
+from millpond import checkpoints, driver_jit, event_log, file_sink_log, paths, warm_driver
 from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.run_record import RunContext, TableResult
 from millpond.spec import LAYERS, Pipeline, SpecError, environment_problems, load_pipeline
@@ -93,8 +93,12 @@ NEEDS_SPARK = 10  # main(..., spark_allowed=False): some table has something new
 
 
 def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
-    """The run; with spark_allowed=False only a run that needs no JVM happens (else it returns NEEDS_SPARK)."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    """The run; with spark_allowed=False only a run that needs no JVM happens (else it returns NEEDS_SPARK).
+
+    With MILLPOND_WARM_DRIVER=on a run that needs Spark is handed to the lake's warm driver (millpond.warm_driver).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
     try:
         pipeline = load_pipeline(args.pipeline)
         tables, refresh = select_tables(pipeline, args)
@@ -102,9 +106,13 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
         if unset:
             raise SpecError(unset)
         driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
+        hand_over = spark_allowed and warm_driver.wanted()
     except SpecError as exc:
         print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
         return 2
+    if hand_over:  # the lock and the nothing-new check here; the run itself in the warm driver
+        code = main(argv, spark_allowed=False)
+        return warm_driver.run(argv) if code == NEEDS_SPARK else code
     run_id = args.run_id or f"manual__{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
@@ -133,7 +141,7 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
     if not spark_allowed:
         return NEEDS_SPARK
     # Heavy imports only now: validation and lock errors above answer in well under a second.
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
     from spark_jobs.progress import batch_rows, listening
     from spark_jobs.session import build_spark_session, driver_jit_in_effect
@@ -149,7 +157,8 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
         print(f"millpond: this run quarantines rows failing `fail` expectations of {', '.join(quarantine)} "
               "(with rule name and run id) instead of stopping at the gate")  # fmt: skip
     # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
-    launching = not SparkSession.getActiveSession()
+    # (Per process, not per thread as getActiveSession is: the warm driver runs each run in a thread of its own.)
+    launching = SparkContext._active_spark_context is None
     phases = {"launch": seconds_since_launch()} if launching else {}
     jit = driver_jit.choose(pipeline, tables, bool(refresh))
     started = time.perf_counter()

@@ -26,11 +26,12 @@ BASE_CONF = {
 
 
 def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str | None = None,
-                        driver_java_options: str = "") -> SparkSession:  # fmt: skip
+                        driver_java_options: str = "", launch_conf: dict[str, str] | None = None) -> SparkSession:  # fmt: skip
     """Build (or join, under spark-submit) the application's session.
 
     Shuffle partitions are frozen into a stateful query's checkpoint on its first run, so they are set here,
-    before any query starts. Driver JVM options (millpond.driver_jit) apply only when this call starts the JVM.
+    before any query starts. Driver JVM options (millpond.driver_jit) and `launch_conf` apply only when this call
+    starts the JVM.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
     builder = SparkSession.builder.appName(app_name)
@@ -41,6 +42,8 @@ def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str 
         builder = builder.config("spark.driver.memory", os.environ.get("MILLPOND_DRIVER_MEMORY", "2g"))
         if driver_java_options:
             builder = builder.config("spark.driver.extraJavaOptions", driver_java_options)
+        for key, value in (launch_conf or {}).items():
+            builder = builder.config(key, value)
     for key, value in BASE_CONF.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
