@@ -168,19 +168,17 @@ class MillpondSparkSubmitOperator(BaseOperator):
             self.log.info("%s=on, but the master %s is not local: submitting with spark-submit", warm_driver.ENV, master)
             return False
         env = {**warm_driver.run_env(), **job_env(), **self.env_vars}
-        lines = {"out": [], "err": []}
+        errors: list[str] = []
 
-        def log_lines(kind: str):
-            def emit(text: str) -> None:
-                for line in text.rstrip("\n").splitlines():
-                    self.log.info("%s", line)
-                    lines[kind].append(line)
+        def log_lines(text: str, kept: list[str] | None = None) -> None:
+            for line in text.rstrip("\n").splitlines():
+                self.log.info("%s", line)
+                if kept is not None:
+                    kept.append(line)
 
-            return emit
-
-        code = warm_driver.run(list(self.application_args), env, out=log_lines("out"), err=log_lines("err"))
+        code = warm_driver.run(list(self.application_args), env, out=log_lines, err=lambda t: log_lines(t, errors))
         if code != 0:
-            detail = "\n".join(lines["err"][-20:])
+            detail = "\n".join(errors[-20:])
             raise AirflowException(f"millpond runner exited {code} in the warm driver: "
                                    f"{EXIT_CODES.get(code, 'see the log above')}.\n{detail}")  # fmt: skip
         return True

@@ -110,19 +110,19 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     except SpecError as exc:
         print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
         return 2
-    if hand_over:  # the lock and the nothing-new check here; the run itself in the warm driver
-        code = main(argv, spark_allowed=False)
-        return warm_driver.run(argv) if code == NEEDS_SPARK else code
     run_id = args.run_id or f"manual__{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
-            return _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed)
+            code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed and not hand_over)
     except PipelineBusy as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 3
     except LakeNotWritable as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 1
+    if hand_over and code == NEEDS_SPARK:  # the lock and the nothing-new check were here; the run is the driver's
+        return warm_driver.run(argv)
+    return code
 
 
 def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args: argparse.Namespace,

@@ -102,6 +102,7 @@ class StreamTo:
 
 class WarmDriver:
     def __init__(self):
+        from millpond.driver_jit import QUICK_OPTIONS, forced_mode
         from spark_jobs.session import build_spark_session, driver_jit_in_effect
 
         self.started = time.time()
@@ -114,13 +115,10 @@ class WarmDriver:
         self.last_active = time.monotonic()
         self.stopping = False
         os.environ[warm_driver.SERVING_ENV] = "1"
-        from millpond.driver_jit import QUICK_OPTIONS, forced_mode
-
         # The full JIT unless forced: C2's compiled code pays off over many runs (C1 only suits one short run).
         jit_options = QUICK_OPTIONS if forced_mode() == "quick" else ""
         self.spark = build_spark_session("millpond:warm-driver", driver_java_options=jit_options,
                                          launch_conf=RETENTION_CONF)  # fmt: skip
-
         self.jit = driver_jit_in_effect(self.spark)
 
     def status(self) -> dict:
