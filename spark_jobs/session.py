@@ -22,6 +22,10 @@ BASE_CONF = {
     # it was created with (offset metadata), so existing checkpoints keep working.
     "spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    # PySpark 4 sends each DataFrame call's Python call site to the JVM (several Py4J round trips per call, ~3000
+    # to plan one json parse, a third of a second per plan and more in GX's). The sites would name millpond's own
+    # lines, never a user's; a failed run's error names the failing table instead.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 

@@ -183,8 +183,9 @@ class BatchWriter:
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             if batch.count() == 0:  # e.g. the no-data batch a stateful query runs to advance its watermark
-                self.write_replayable(batch, batch_id, mode)
-                return
+                if mode == "overwrite" or delta_version(Path(self.path)) < 0:  # an empty result; a table to create
+                    self.write_replayable(batch, batch_id, mode)
+                return  # count() ran the plan (state committed); an empty append would only add a table version
             report = self.gate.validate(batch, batch_id)
             if report.blocking:
                 self.gate.publish(report)

@@ -243,3 +243,35 @@ def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(
     assert runner.main(["activity", "--tables", "bronze.activity"]) == 0
     assert sorted(r.Index for r in read(spark, "bronze.activity").collect()) == [1, 2]
     assert sorted(r.raw for r in quarantine(spark, "bronze.activity")) == sorted(bad_lines)
+
+
+def test_bad_lines_are_read_again_from_their_own_files_whatever_their_names(spark, lake, monkeypatch, capsys):
+    """The quarantine pass reads the files that held bad lines, not the whole landing folder: names with spaces,
+    `%`, `#` or non-ASCII letters still give the quarantine each line with the file it came from, and a file removed
+    before that read fails the batch naming it (not with Spark's PATH_NOT_FOUND)."""
+    from spark_jobs import sources
+
+    folder = lake / "landing" / "activity"
+    folder.mkdir(parents=True)
+    names = ["plain.json", "with space 100%.json", "hash#1 ü.json"]
+    for i, name in enumerate(names):
+        (folder / name).write_text("\n".join([good(i), f"not json from {name}"]) + "\n")
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "names"]) == 0
+    file_of_index = {r.Index: r._source_file for r in read(spark, "bronze.activity").collect()}
+    assert {r.raw: r.source_file for r in quarantine(spark, "bronze.activity")} == {
+        f"not json from {name}": file_of_index[i] for i, name in enumerate(names)}  # fmt: skip
+
+    gone = folder / "gone.json"
+    gone.write_text("\n".join([good(9), "not json from gone.json"]) + "\n")
+    reread = sources.reread_bad_lines
+
+    def remove_then_reread(*args):
+        gone.unlink()  # e.g. an archiving job moved it while the run read it
+        return reread(*args)
+
+    monkeypatch.setattr(sources, "reread_bad_lines", remove_then_reread)
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "gone"]) == 1
+    err = capsys.readouterr().err
+    assert "read 1 malformed line(s) from file:" in err and "gone.json, but reading those files again" in err
+    assert "found 0: a landing file changed or was removed while this run read it" in err
+    assert "PATH_NOT_FOUND" not in err
