@@ -275,3 +275,21 @@ def test_bad_lines_are_read_again_from_their_own_files_whatever_their_names(spar
     assert "read 1 malformed line(s) from file:" in err and "gone.json, but reading those files again" in err
     assert "found 0: a landing file changed or was removed while this run read it" in err
     assert "PATH_NOT_FOUND" not in err
+
+
+def test_a_landing_file_whose_name_spark_would_glob_is_refused_before_anything_is_read(spark, lake, capsys):
+    """Spark's file source reads a batch's files by path and expands a glob character in one (`?` here): the batch
+    then read the other files twice. The run refuses the name, naming file and fix; after the rename, once each."""
+    folder = lake / "landing" / "activity"
+    folder.mkdir(parents=True)
+    for i, name in enumerate(["plain.json", "with space.json", "odd?.json"]):
+        (folder / name).write_text(good(i) + "\n")
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "odd"]) == 1
+    err = capsys.readouterr().err
+    assert "landing file name(s) with a glob character" in err and str(folder / "odd?.json") in err
+    assert "Fix: rename the file(s) without those characters" in err
+    assert not paths.table_path("bronze.activity").exists()
+
+    (folder / "odd?.json").rename(folder / "odd.json")
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "renamed"]) == 0
+    assert sorted(r.Index for r in read(spark, "bronze.activity").collect()) == [0, 1, 2]
