@@ -23,7 +23,7 @@ BASE_CONF = {
     "spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     # PySpark 4 sends each DataFrame call's Python call site to the JVM (several Py4J round trips per call, ~3000
-    # to plan one json parse, a third of a second per plan and more in GX's). The sites would name millpond's own
+    # to plan one json parse, about 0.2 s per plan, and more in GX's). The sites would name millpond's own
     # lines, never a user's; a failed run's error names the failing table instead.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }

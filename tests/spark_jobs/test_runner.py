@@ -40,6 +40,9 @@ def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, l
         bronze = event_log(spark, f"round-{round_number}")["bronze.activity"]
         assert bronze.rows_in == 800  # exactly the two files landed since the previous run
         assert bronze.outcome == "succeeded"
+        # Silver's second batch only advances its watermark: it runs, but commits no empty Delta version.
+        silver = event_log(spark, f"round-{round_number}")["silver.activity"]
+        assert (silver.micro_batches, silver.version_after - silver.version_before) == (2, 1)
         assert_matches_reference(spark, activity_reference(lake / "landing" / "activity"))
     files = read(spark, "bronze.activity").select("_source_file").distinct().collect()
     sources = {r._source_file.rsplit("/", 1)[-1] for r in files}
