@@ -59,11 +59,58 @@ def latest_version(path: Path) -> int:
     return max(versions, default=-1)
 
 
+def txn_marker(app_id: str, batch_id: int) -> str:
+    """A commit's `userMetadata` naming the streaming batch it holds (read back by `committed_batch`)."""
+    return json.dumps({"txnAppId": app_id, "txnVersion": batch_id})
+
+
+def committed_batch(path: Path, app_id: str) -> int | None:
+    """The newest batch id `app_id` committed to the table, or None if no commit in the log names that app.
+
+    Why not Delta's own `txnAppId`/`txnVersion` check: delta-spark 4.4 rebuilds the table's whole state (three
+    Spark jobs, about a second) to read it on every append. Commits are read newest first and the walk stops at
+    the app's newest one; under the pipeline lock the app is the table's only millpond writer, so that is almost
+    always the newest commit. A commit names its app in millpond's `userMetadata` marker (`txn_marker`) or in
+    Delta's `txn` action (a write made with the options: complete mode, MERGE, older lakes).
+    """
+    log = Path(path) / "_delta_log"
+    versions = sorted((int(p.name[:20]) for p in log.glob("*.json") if _is_commit_file(p.name)), reverse=True)
+    for version in versions:
+        try:
+            lines = (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:  # removed by log cleanup while we walked: older commits are gone too
+            return None
+        for line in lines:
+            if '"txn"' not in line and '"commitInfo"' not in line:  # add/remove lines: skip the parse
+                continue
+            action = json.loads(line)
+            if action.get("txn", {}).get("appId") == app_id:
+                return int(action["txn"]["version"])
+            marker = (action.get("commitInfo") or {}).get("userMetadata") or ""
+            if marker.startswith('{"txnAppId"'):
+                named = _json_or_empty(marker)
+                if named.get("txnAppId") == app_id:
+                    return int(named["txnVersion"])
+    return None
+
+
+def _json_or_empty(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:  # someone else's userMetadata that merely looks like ours
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _is_commit_file(name: str) -> bool:
+    return len(name) == 25 and name.endswith(".json") and name[:20].isdigit()
+
+
 def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> int:
     """Rows committed in versions (after, upto], from each commit's `operationMetrics.numOutputRows`.
 
     `newest_only` is for complete-mode tables, where the newest overwrite *is* the table. A batch Delta skipped on
-    replay (txnVersion already seen) made no commit, so it counts zero, as it should.
+    replay (its batch id already committed) made no commit, so it counts zero, as it should.
     """
     counts = []
     for version in range(after + 1, upto + 1):

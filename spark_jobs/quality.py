@@ -7,7 +7,7 @@ with the table's suite (GX ephemeral context, Spark datasource, whole-dataframe 
           uncommitted in the checkpoint, so the table and everything downstream are unchanged, and every later
           run replays the same batch and fails again until the rule or the data is fixed (or the failing rows
           are quarantined with `--quarantine-failures <table>`)
-    drop  the rows failing it go to the table's quarantine (rule, run id) with the same txnAppId/txnVersion as
+    drop  the rows failing it go to the table's quarantine (rule, run id) with the same app id and batch id as
           the table write, and are removed from what the table receives
     warn  reported only
 

@@ -1,13 +1,15 @@
 """The one streaming contract every table goes through.
 
 Each table is a named query with its own checkpoint, the spec's trigger, awaitTermination and a raised error
-naming the table. Every micro-batch reaches Delta through `foreachBatch` with `txnAppId`/`txnVersion`, so a
-batch replayed after a crash (offsets logged, commit not yet) is skipped by Delta instead of written twice.
+naming the table. Every micro-batch reaches Delta through `foreachBatch` as an idempotent write: each commit
+names its (app id, batch id), and a batch replayed after a crash (offsets logged, commit not yet) that the table
+already holds is skipped instead of written twice (`BatchWriter.write`: millpond's own check of the newest commits
+for appends, Delta's `txnAppId`/`txnVersion` otherwise).
 The app id is the checkpoint's query id: a new checkpoint never inherits an old one's transaction history.
 A file-sink table (`sink: {format: parquet|json|csv}`) is the exception: Spark's own file sink writes it,
 exactly once through the sink's `_spark_metadata` log, which skips a batch id it already committed.
 A Kafka-sink table (`sink: {format: kafka}`) sends each batch to a topic from `foreachBatch`: at least once, since a
-topic has nothing like txnVersion to skip a batch replayed after a crash.
+topic has nothing like a Delta commit to name and skip a batch replayed after a crash.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from pyspark.sql.types import BinaryType
 from pyspark.sql.utils import CapturedException
 
 from millpond import checkpoints, file_sink_log, paths
+from millpond.delta_log import committed_batch, rows_added, txn_marker
 from millpond.delta_log import latest_version as delta_version
-from millpond.delta_log import rows_added
 from millpond.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table, resolve_setting
 from spark_jobs import sources
@@ -101,25 +103,39 @@ class BatchWriter:
         Stateful operators commit their state stores only when the batch executes, and Spark 4.2 fails a batch
         whose state stores did not all commit: a skipped write must be followed by a `noop` execution.
         """
-        before = delta_version(Path(self.path))
-        self.write(batch, self.path, mode, batch_id)
-        if delta_version(Path(self.path)) == before:
+        if not self.write(batch, self.path, mode, batch_id):
             batch.write.format("noop").mode("overwrite").save()
 
-    def write(self, df: DataFrame, path: str, mode: str, batch_id: int) -> None:
-        (
+    def write(self, df: DataFrame, path: str, mode: str, batch_id: int) -> bool:
+        """Write the batch unless the table already holds it (a replay after a crash); False if it was skipped.
+
+        An append checks the table's newest commits itself (`delta_log.committed_batch`), without Delta's
+        txnAppId/txnVersion check, which rebuilds the table's whole state first (about a second per write). It
+        falls back to Delta's check when no commit in the log names this app (a new table, a log cleaned up). An
+        overwrite lists the table's files anyway, so Delta's check costs it nothing more. A skipped write ran no
+        plan; an empty append that ran one may still commit no version (Delta skips empty blind appends).
+        """
+        writer = (
             df.write.format("delta").mode(mode)
-            .option("txnAppId", self.app_id).option("txnVersion", batch_id)
             .option("mergeSchema", str(self.merge_schema and path == self.path).lower())
-            .save(path)
+            .option("userMetadata", txn_marker(self.app_id, batch_id))
         )  # fmt: skip
+        committed = committed_batch(Path(path), self.app_id) if mode == "append" else None
+        if committed is None:  # Delta checks: it commits a version (the txn action) unless it skips the batch
+            before = delta_version(Path(path))
+            writer.option("txnAppId", self.app_id).option("txnVersion", batch_id).save(path)
+            return delta_version(Path(path)) > before
+        if committed >= batch_id:
+            return False
+        writer.save(path)
+        return True
 
     def write_merged(self, batch: DataFrame, batch_id: int) -> None:
         """Update mode: MERGE the batch's changed aggregate rows into the table on its keys.
 
         The plan runs once into a local checkpoint first, so stateful operators commit their state stores even when
         Delta skips a replayed MERGE. MERGE needs a table: the first batch with rows creates it with the batch's schema,
-        under the same txnAppId/txnVersion, so a replay of that batch is skipped like any other.
+        under the same app id and batch id, so a replay of that batch is skipped like any other.
         """
         # An eager local checkpoint, not persist(): Spark 4.2 cannot read back a cached aggregate that uses max_by
         # (count() fails with "key not found" on a group column in InMemoryRelation.withOutput).
@@ -173,7 +189,7 @@ class BatchWriter:
 
         A failed `fail` expectation raises before any write, so this batch id stays uncommitted in the checkpoint
         and the next run replays exactly these rows (the table and downstream stay as they were). Set-aside rows
-        share the batch's txnVersion with the table write, so a replay after a crash writes neither twice.
+        share the batch id with the table write, so a replay after a crash writes neither twice.
         """
         from spark_jobs.quality import GateFailed
 
@@ -232,11 +248,10 @@ class BatchWriter:
         dropped = (sources.RAW, sources.ERROR, sources.LINE_BUCKET,
                    *((sources.SOURCE_FILE,) if self.table.reads_kafka else ()))  # fmt: skip
         good_columns = [c for c in good.columns if c not in dropped]
-        before = delta_version(Path(self.path))
-        self.write(good.select(*good_columns, ingested_at.alias("_ingested_at")), self.path, "append", batch_id)
-        if counted and delta_version(Path(self.path)) > before:
+        wrote = self.write(good.select(*good_columns, ingested_at.alias("_ingested_at")), self.path, "append", batch_id)
+        if counted and wrote:
             metrics = counted.get
-        else:  # Delta skipped the write (a replay after a crash), so the plan did not run: count separately
+        else:  # the write was skipped (a replay after a crash), so the plan did not run: count separately
             metrics = batch.agg(*counts).first().asDict()
         rows, bad_rows = metrics["rows"], metrics["bad"]
         self.result.rows_in += rows

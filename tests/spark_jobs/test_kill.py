@@ -3,7 +3,7 @@
 Points (MILLPOND_FAULT, the process kills itself with SIGKILL exactly there):
   before_write    offsets logged for the batch, nothing written to Delta yet
   between_writes  bronze rows committed, quarantine rows not yet
-  after_write     Delta committed, Spark's commit log not yet: the replay must be skipped by txnVersion
+  after_write     Delta committed, Spark's commit log not yet: the replay must be skipped (its commit names the batch)
   gold            killed inside the complete-mode gold write
 plus a SIGKILL of the whole process group at a random moment (seeded).
 """
@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from millpond import paths
+from millpond.delta_log import latest_version
 from millpond.generate import activity_files
 from tests.lake_tables import assert_matches_reference
 from tests.reference import activity_reference
@@ -51,6 +53,32 @@ def test_killed_runs_then_rerun_equal_the_reference(spark, lake):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert_nothing_left(proc)
+
+    final = start_run(lake)
+    out, _ = final.communicate(timeout=600)
+    assert final.returncode == 0, out[-3000:]
+    assert_matches_reference(spark, activity_reference(landing))
+
+
+def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spark, lake):
+    """millpond's own replay check walks back past commits it did not make (an OPTIMIZE, a property change).
+
+    Bronze and silver are killed after their Delta commit; before the rerun someone compacts bronze and tags
+    silver. A write that missed the replay would duplicate bronze rows or silver keys.
+    """
+    landing = lake / "landing" / "activity"
+    bronze, silver = paths.table_path("bronze.activity"), paths.table_path("silver.activity")
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=5)
+    first = start_run(lake)
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-3000:]
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=6)
+    run_killed_at(lake, "bronze.activity:after_write")
+    spark.sql(f"OPTIMIZE delta.`{bronze}`")
+    bronze_version = latest_version(bronze)
+    run_killed_at(lake, "silver.activity:after_write")  # bronze's batch is replayed first in this run
+    assert latest_version(bronze) == bronze_version, "the replayed bronze batch was written again"
+    spark.sql(f"ALTER TABLE delta.`{silver}` SET TBLPROPERTIES ('team' = 'data')")
 
     final = start_run(lake)
     out, _ = final.communicate(timeout=600)
