@@ -54,9 +54,12 @@ def _records(stats: str | None) -> int:
 
 def latest_version(path: Path) -> int:
     """Newest committed version from the log's file names (-1 if there is no table): a listing, no JVM."""
-    log = Path(path) / "_delta_log"
-    versions = [int(p.name.split(".")[0]) for p in log.glob("*.json") if p.name.split(".")[0].isdigit()]
-    return max(versions, default=-1)
+    return max(_commit_versions(Path(path) / "_delta_log"), default=-1)
+
+
+def _commit_versions(log: Path) -> list[int]:
+    """Versions of the log's commit files (`<20 digits>.json`; not checkpoints, checksums or compacted ranges)."""
+    return [int(p.name[:20]) for p in log.glob("*.json") if len(p.name) == 25 and p.name[:20].isdigit()]
 
 
 def txn_marker(app_id: str, batch_id: int) -> str:
@@ -74,8 +77,7 @@ def committed_batch(path: Path, app_id: str) -> int | None:
     Delta's `txn` action (a write made with the options: complete mode, MERGE, older lakes).
     """
     log = Path(path) / "_delta_log"
-    versions = sorted((int(p.name[:20]) for p in log.glob("*.json") if _is_commit_file(p.name)), reverse=True)
-    for version in versions:
+    for version in sorted(_commit_versions(log), reverse=True):
         try:
             lines = (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:  # removed by log cleanup while we walked: older commits are gone too
@@ -86,24 +88,18 @@ def committed_batch(path: Path, app_id: str) -> int | None:
             action = json.loads(line)
             if action.get("txn", {}).get("appId") == app_id:
                 return int(action["txn"]["version"])
-            marker = (action.get("commitInfo") or {}).get("userMetadata") or ""
-            if marker.startswith('{"txnAppId"'):
-                named = _json_or_empty(marker)
-                if named.get("txnAppId") == app_id:
-                    return int(named["txnVersion"])
+            named = _json_or_empty((action.get("commitInfo") or {}).get("userMetadata") or "")
+            if named.get("txnAppId") == app_id:
+                return int(named["txnVersion"])
     return None
 
 
 def _json_or_empty(text: str) -> dict:
     try:
         value = json.loads(text)
-    except ValueError:  # someone else's userMetadata that merely looks like ours
+    except ValueError:  # no userMetadata, or someone else's that is not JSON
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _is_commit_file(name: str) -> bool:
-    return len(name) == 25 and name.endswith(".json") and name[:20].isdigit()
 
 
 def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from millpond import paths, run_summary
 from millpond.delta_log import table_state
 from millpond.generate import activity_files
 from spark_jobs import runner
+from spark_jobs.streaming import checkpoint_query_id
 from tests.lake_tables import assert_matches_reference, read
 from tests.reference import activity_reference
 
@@ -47,6 +49,10 @@ def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, l
     files = read(spark, "bronze.activity").select("_source_file").distinct().collect()
     sources = {r._source_file.rsplit("/", 1)[-1] for r in files}
     assert sources == {f"activity-{k:06d}.json" for k in range(6)}
+    # Each append names its checkpoint's query id and batch in the commit, as DESCRIBE HISTORY shows it.
+    app_id = f"millpond:{checkpoint_query_id(paths.checkpoint_path('activity', 'bronze.activity'))}"
+    newest = spark.sql(f"DESCRIBE HISTORY delta.`{paths.table_path('bronze.activity')}` LIMIT 1").first()
+    assert json.loads(newest.userMetadata) == {"txnAppId": app_id, "txnVersion": 2}  # the third run's one batch
 
 
 def test_a_run_with_nothing_new_writes_nothing(spark, lake):
