@@ -135,4 +135,4 @@ def _rows_written(commit_info: dict) -> int:
     metrics = commit_info.get("operationMetrics") or {}
     if commit_info.get("operation") == "MERGE":
         return int(metrics.get("numTargetRowsInserted", 0)) + int(metrics.get("numTargetRowsUpdated", 0))
-    return int(metrics.get("numOutputRows", 0))
+    return int(metrics.get("numOutputRows", metrics.get("num_added_rows", 0)))  # delta-spark, delta-rs

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 from pyspark.sql.utils import CapturedException
 
-from millpond import checkpoints, file_sink_log, paths
+from millpond import checkpoints, file_sink_log, paths, small_overwrite
 from millpond.delta_log import committed_batch, rows_added, txn_marker
 from millpond.delta_log import latest_version as delta_version
 from millpond.run_record import RunContext, TableResult
@@ -111,10 +111,18 @@ class BatchWriter:
 
         An append checks the table's newest commits itself (`delta_log.committed_batch`), without Delta's
         txnAppId/txnVersion check, which rebuilds the table's whole state first (about a second per write). It
-        falls back to Delta's check when no commit in the log names this app (a new table, a log cleaned up). An
-        overwrite lists the table's files anyway, so Delta's check costs it nothing more. A skipped write ran no
-        plan; an empty append that ran one may still commit no version (Delta skips empty blind appends).
+        falls back to Delta's check when no commit in the log names this app (a new table, a log cleaned up). A
+        small overwrite (complete mode) is committed by delta-rs from the driver (millpond.small_overwrite), which
+        reads the app's batch from the same snapshot; a larger one lists the table's files through Spark anyway,
+        so Delta's check costs it nothing more. A skipped write ran no plan; an empty append that ran one may
+        still commit no version (Delta skips empty blind appends).
         """
+        if mode == "overwrite" and (table := small_overwrite.table_to_overwrite(Path(path), df.schema.jsonValue())):
+            committed = small_overwrite.committed_batch(table, self.app_id)
+            if committed is not None and committed >= batch_id:
+                return False
+            small_overwrite.overwrite(table, df.toArrow(), self.app_id, batch_id)
+            return True
         writer = (
             df.write.format("delta").mode(mode)
             .option("mergeSchema", str(self.merge_schema and path == self.path).lower())

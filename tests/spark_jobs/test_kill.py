@@ -10,6 +10,7 @@ plus a SIGKILL of the whole process group at a random moment (seeded).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -35,6 +36,12 @@ def run_killed_at(lake: Path, fault: str) -> None:
     assert_nothing_left(proc)
 
 
+def run_to_the_end(lake: Path) -> None:
+    proc = start_run(lake)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+
+
 def test_killed_runs_then_rerun_equal_the_reference(spark, lake):
     landing = lake / "landing" / "activity"
     rng = random.Random(20261122)
@@ -54,9 +61,7 @@ def test_killed_runs_then_rerun_equal_the_reference(spark, lake):
     proc.communicate(timeout=60)
     assert_nothing_left(proc)
 
-    final = start_run(lake)
-    out, _ = final.communicate(timeout=600)
-    assert final.returncode == 0, out[-3000:]
+    run_to_the_end(lake)
     assert_matches_reference(spark, activity_reference(landing))
 
 
@@ -69,9 +74,7 @@ def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spa
     landing = lake / "landing" / "activity"
     bronze, silver = paths.table_path("bronze.activity"), paths.table_path("silver.activity")
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=5)
-    first = start_run(lake)
-    out, _ = first.communicate(timeout=600)
-    assert first.returncode == 0, out[-3000:]
+    run_to_the_end(lake)
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=6)
     run_killed_at(lake, "bronze.activity:after_write")
     spark.sql(f"OPTIMIZE delta.`{bronze}`")
@@ -80,7 +83,24 @@ def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spa
     assert latest_version(bronze) == bronze_version, "the replayed bronze batch was written again"
     spark.sql(f"ALTER TABLE delta.`{silver}` SET TBLPROPERTIES ('team' = 'data')")
 
-    final = start_run(lake)
-    out, _ = final.communicate(timeout=600)
-    assert final.returncode == 0, out[-3000:]
+    run_to_the_end(lake)
+    assert_matches_reference(spark, activity_reference(landing))
+
+
+def test_a_replayed_gold_overwrite_by_delta_rs_is_skipped(spark, lake):
+    """Once a gold table exists, its complete-mode result is committed by delta-rs (millpond.small_overwrite). A run
+    killed right after that commit replays the batch; the replay finds the batch in the table and writes nothing."""
+    landing = lake / "landing" / "activity"
+    gold = paths.table_path("gold.device_counts")
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=7)
+    run_to_the_end(lake)
+    activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=8)
+    run_killed_at(lake, "gold.device_counts:after_write")
+    newest = spark.sql(f"DESCRIBE HISTORY delta.`{gold}`").orderBy("version", ascending=False).first()
+    assert newest.engineInfo.startswith("delta-rs"), newest
+    assert json.loads(newest.userMetadata)["txnVersion"] == 1
+    version = latest_version(gold)
+
+    run_to_the_end(lake)
+    assert latest_version(gold) == version, "the replayed gold batch was written again"
     assert_matches_reference(spark, activity_reference(landing))
