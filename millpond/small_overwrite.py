@@ -1,14 +1,16 @@
 """Overwrite a small Delta table from the driver, by delta-rs: how complete-mode (gold) results are written.
 
 A complete-mode table is rewritten whole every batch. delta-spark answers an overwrite by rebuilding the table's
-state in Spark jobs to list the files it removes: about 1.2 s per write on a warm driver even for a 12-row
-table. delta-rs reads the same log in Rust and commits in about 0.05 s (both measured on a copy of
-gold.device_counts; README "Benchmarks"). The commit is an ordinary Delta commit: Spark reads it, DESCRIBE HISTORY
-shows it, and it names its app and batch twice, in Delta's `txn` action and in millpond's `userMetadata` marker.
+state in Spark jobs to list the files it removes: 1.2 to 1.7 s per write for the 12-row gold.device_counts on a
+quiet machine. delta-rs reads the same log in Rust: 0.06 s against delta-spark's 2.45 s per overwrite of the
+651-row gold.activity_hourly, alternating in one JVM (by hand; README "Benchmarks", run 13). The commit is an
+ordinary Delta commit: Spark reads it, DESCRIBE HISTORY shows it, and it names its app and batch twice, in Delta's
+`txn` action and in millpond's `userMetadata` marker.
 
 Only a table that delta-rs writes exactly as Spark would takes this path: one that exists, with no table features
-beyond writer version 2, no partitions, not append-only, holding at most SMALL_ROWS rows (its files' statistics;
-a result grows from the last one), and the batch's schema (names and types). Anything else, and the first write that creates the table, goes through Spark.
+beyond writer version 2, no partitions, not append-only, the batch's schema (names and types), and at most
+SMALL_ROWS rows now (from its files' statistics: a complete result is the last one plus new groups). Anything
+else, and the first write, which creates the table, goes through Spark.
 """
 
 from __future__ import annotations
