@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from millpond.delta_log import txn_marker
+from millpond.system_tables import CHECKPOINT_INTERVAL
 
 SMALL_ROWS = 100_000  # collected to the driver as Arrow: a few MB for an aggregate of this size
-SPARK_CHECKPOINT_INTERVAL = 10  # delta-spark's default (delta-rs's is 100): Spark readers replay at most 10 commits
 
 
 def table_to_overwrite(path: Path, spark_schema: dict[str, Any]):
@@ -72,7 +72,7 @@ def overwrite(table, data, app_id: str, batch_id: int) -> None:
     write_deltalake(table, rows, mode="overwrite", commit_properties=CommitProperties(
         app_transactions=[Transaction(app_id, batch_id)],
         custom_metadata={"userMetadata": txn_marker(app_id, batch_id)}),
-        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))  # at Spark's interval, below
-    interval = int(table.metadata().configuration.get("delta.checkpointInterval", SPARK_CHECKPOINT_INTERVAL))
+        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))  # delta-rs's interval is 100
+    interval = int(table.metadata().configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
     if table.version() % interval == 0:
         table.create_checkpoint()

@@ -1,5 +1,5 @@
-"""Complete-mode results overwritten by delta-rs: Spark reads back exactly what Spark wrote, and anything delta-rs
-would not write as Spark does goes through Spark."""
+"""Complete-mode results overwritten by delta-rs: Spark reads back exactly the rows it handed over, and a table
+delta-rs would not write as Spark does goes through Spark."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def sorted_rows(df) -> list:
     return sorted(map(repr, df.collect()))
 
 
-def test_an_overwrite_by_delta_rs_reads_back_in_spark_as_spark_wrote_it(spark, tmp_path):
+def test_an_overwrite_by_delta_rs_reads_back_in_spark_as_the_batch_it_was_given(spark, tmp_path):
     path = tmp_path / "gold"
     spark.createDataFrame(rows(5), SCHEMA).write.format("delta").option("txnAppId", "app") \
         .option("txnVersion", 0).save(str(path))  # the first write creates the table through Spark  # fmt: skip
