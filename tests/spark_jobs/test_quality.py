@@ -7,6 +7,7 @@ own files, so "the tables without them" is the reference over the good files onl
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -107,6 +108,32 @@ def test_clean_increment_passes_warn_only_reports_and_results_join_the_event_log
     assert (rows[INDEX_WARN].success, rows[INDEX_WARN].unexpected_count, rows[INDEX_WARN].severity) == (False, 1, "warn")
     assert rows[IN_SET].success and rows[IN_SET].outcome == "succeeded"
     assert rows[IN_SET].element_count == len(activity_reference(landing(lake)).silver)
+
+
+def test_a_batch_that_passes_is_reported_with_its_counts_and_one_that_warns_with_its_failing_values(spark, lake):
+    """A clean batch is validated once, counts only; a batch where anything fails again, with sample values."""
+    land_good(lake, seed=2)
+    assert runner.main(["activity", "--run-id", "passes"]) == 0
+    results = spark.read.format("delta").load(str(reports.validation_results_path())).where("run_id = 'passes'")
+    silver_rows = len(activity_reference(landing(lake)).silver)
+    assert {(r.success, r.unexpected_count, r.element_count) for r in results.collect()} == {(True, 0, silver_rows)}
+    passed_page = page_text(results.first().report_path)
+    assert passed_page.count("0% unexpected") == 6 and passed_page.count("100% not null") == 2
+
+    land_records(lake, "negative-index.json", [record("gear_9", -7), record("gear_9", -8, Recorded_At="2026-11-01T00:59:00.000Z")])
+    assert runner.main(["activity", "--run-id", "warns"]) == 0
+    summary = {t["table"]: t for t in run_summary.load("activity", "warns")["tables"]}
+    gate = summary["silver.activity"]["gate"]
+    assert gate["outcome"] == "warned" and [(w["expectation"], w["unexpected_count"]) for w in gate["warnings"]] == [
+        (INDEX_WARN, 2)]
+    warned_page = page_text(gate["report_path"])
+    assert "2 unexpected values found" in warned_page and "Unexpected Value Count" in warned_page
+    assert "-7 1" in warned_page and "-8 1" in warned_page  # each failing value with its count
+
+
+def page_text(report_path: str) -> str:
+    """A Data Docs page as its reader sees it: the text without tags, whitespace runs as one space."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", Path(report_path).read_text()))
 
 
 def test_failing_increment_keeps_gold_unchanged_until_the_rule_is_fixed(spark, lake, tmp_path, capsys, monkeypatch):
