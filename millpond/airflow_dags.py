@@ -167,6 +167,10 @@ class MillpondSparkSubmitOperator(BaseOperator):
         if not master.startswith("local"):
             self.log.info("%s=on, but the master %s is not local: submitting with spark-submit", warm_driver.ENV, master)
             return False
+        if self.conf:  # a running JVM's session cannot take them all (spark.driver.*, spark.jars, ...)
+            self.log.info("%s=on, but this task sets its own Spark conf (%s), which only a new JVM applies: submitting "
+                          "with spark-submit", warm_driver.ENV, ", ".join(sorted(self.conf)))  # fmt: skip
+            return False
         env = {**warm_driver.run_env(), **job_env(), **self.env_vars}
         errors: list[str] = []
 

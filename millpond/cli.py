@@ -122,11 +122,15 @@ def cmd_driver(args: argparse.Namespace) -> int:
         print(f"warm driver pid {info['pid']} serving {lake} (JIT {info['jit']}, {info['runs']} run(s) served); "
               f"runs use it with {warm_driver.ENV}=on; log {warm_driver.log_path(lake)}")  # fmt: skip
         return 0
-    if args.action == "stop":
-        stopped = warm_driver.stop(lake)
-        print(f"warm driver of {lake}: " + ("stopping after its current run" if stopped else "none running"))
-        return 0
-    info = warm_driver.status(lake)
+    try:
+        if args.action == "stop":
+            stopped = warm_driver.stop(lake)
+            print(f"warm driver of {lake}: " + ("stopping after its current run" if stopped else "none running"))
+            return 0
+        info = warm_driver.status(lake)
+    except warm_driver.WarmDriverError as exc:
+        print(f"millpond: {exc}", file=sys.stderr)
+        return 1
     if info is None:
         print(f"no warm driver for {lake}")
         return 1

@@ -36,6 +36,7 @@ MAX_RUNS_ENV = "MILLPOND_WARM_DRIVER_MAX_RUNS"
 DEFAULT_IDLE_SECONDS = 3600.0  # an hourly schedule keeps it; a forgotten one frees its memory within the hour
 DEFAULT_MAX_RUNS = 200  # then a fresh JVM: bounds what a long-lived driver can accumulate
 START_TIMEOUT_SECONDS = 180.0
+ANSWER_TIMEOUT_SECONDS = 5.0  # for status and stop, which a driver answers at once, even mid-run
 DIED = 1  # the client's exit code when the driver went away mid-run (like a table failure: retry)
 
 
@@ -92,24 +93,40 @@ def run_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("MILLPOND_") and k not in (ENV, SERVING_ENV)}
 
 
-def request(message: dict, lake: Path | None = None, timeout: float | None = 5.0) -> socket.socket | None:
-    """Connect to the lake's driver and send one request; None when no driver listens."""
+def request(message: dict, lake: Path | None = None,
+            timeout: float | None = ANSWER_TIMEOUT_SECONDS) -> socket.socket | None:  # fmt: skip
+    """Connect to the lake's driver and send one request; None when no driver listens.
+
+    Raises WarmDriverError when something listens but does not take the request within `timeout`.
+    """
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
     try:
         conn.connect(str(socket_path(lake)))
+        conn.sendall(json.dumps(message).encode() + b"\n")
     except (FileNotFoundError, ConnectionRefusedError):
         conn.close()
         return None
-    conn.sendall(json.dumps(message).encode() + b"\n")
+    except TimeoutError:
+        conn.close()
+        raise _not_answering(lake, timeout) from None
     return conn
 
 
-def replies(conn: socket.socket):
+def replies(conn: socket.socket, lake: Path | None = None):
     """The driver's newline-delimited JSON messages until it closes the connection."""
     with conn, conn.makefile("rb") as stream:
-        for line in stream:
-            yield json.loads(line)
+        try:
+            yield from (json.loads(line) for line in stream)
+        except TimeoutError:
+            raise _not_answering(lake, conn.gettimeout()) from None
+
+
+def _not_answering(lake: Path | None, timeout: float | None) -> WarmDriverError:
+    """A driver that holds the socket but does not answer (hung, or a machine too loaded to schedule it)."""
+    return WarmDriverError(f"the warm driver of {lake or paths.lake_root()} did not answer within {timeout:.0f} s; "
+                           f"no second driver was started beside it. Fix: see its log {log_path(lake)}, then retry, "
+                           "or `millpond driver stop` (kill its pid if that does not answer either)")  # fmt: skip
 
 
 def status(lake: Path | None = None) -> dict | None:
@@ -117,7 +134,7 @@ def status(lake: Path | None = None) -> dict | None:
     conn = request({"op": "status"}, lake)
     if conn is None:
         return None
-    return next(replies(conn), None)
+    return next(replies(conn, lake), None)
 
 
 def stop(lake: Path | None = None) -> bool:
@@ -125,7 +142,7 @@ def stop(lake: Path | None = None) -> bool:
     conn = request({"op": "stop"}, lake)
     if conn is None:
         return False
-    for _ in replies(conn):
+    for _ in replies(conn, lake):
         pass
     return True
 
@@ -133,7 +150,8 @@ def stop(lake: Path | None = None) -> bool:
 def start(lake: Path | None = None, env: dict[str, str] | None = None) -> dict:
     """Start the lake's driver unless one is up, and wait until it answers (its first JVM start: ~10-20 s).
 
-    A file lock makes concurrent first runs (two Airflow tasks) start one driver, not two.
+    A file lock makes concurrent first runs (two Airflow tasks) start one driver, not two. A driver that is there
+    but does not answer raises WarmDriverError: starting another would take its socket from under it.
     """
     lake = lake or paths.lake_root()
     with open(runtime_dir() / f"{_key(lake)}.start.lock", "a") as guard:
@@ -154,9 +172,10 @@ def start(lake: Path | None = None, env: dict[str, str] | None = None) -> dict:
             if process.poll() is not None:
                 raise WarmDriverError(f"the warm driver exited with code {process.returncode} while starting; "
                                       f"see {log_path(lake)}")  # fmt: skip
-            running = status(lake)
-            if running is not None:
-                return running
+            with contextlib.suppress(WarmDriverError):  # listening, but still starting its session
+                running = status(lake)
+                if running is not None:
+                    return running
             time.sleep(0.2)
         process.kill()
         raise WarmDriverError(f"the warm driver did not answer within {START_TIMEOUT_SECONDS:.0f} s; see "
@@ -191,7 +210,7 @@ def run(argv: list[str], env: dict[str, str] | None = None, out: Callable[[str],
             continue  # it exited between status and run (idle timeout): start another
         retired = accepted = None
         try:
-            for reply in replies(conn):
+            for reply in replies(conn, lake):
                 if "accepted" in reply:
                     accepted = reply["accepted"]
                     err(f"millpond: run handed to the warm driver (pid {accepted}, {reply['served']} run(s) served "

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -180,3 +181,25 @@ def test_a_warm_driver_killed_mid_run_or_left_by_its_client_loses_nothing(spark,
     assert_matches_reference(spark, activity_reference(landing))
     assert wait_gone(final_pid, 60), "a driver that served MILLPOND_WARM_DRIVER_MAX_RUNS runs keeps running"
     assert "served 1 runs: exiting" in warm_driver.log_path(lake).read_text()
+
+
+def test_a_driver_that_does_not_answer_fails_the_run_by_name_and_no_second_one_is_started(lake, warm):
+    """Something holds the lake's driver socket and never answers (a hung driver): the run exits 1 saying so."""
+    activity_files(lake / "landing" / "activity", 1, 50, seed=3)  # something new: the run is handed over
+    path = warm_driver.socket_path(lake)
+    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hung.bind(str(path))
+    hung.listen(8)  # connections are queued, never read
+    try:
+        run = millpond(warm, "run", "activity", timeout=120)
+        status = millpond(warm, "driver", "status", timeout=60)
+        stop = millpond(warm, "driver", "stop", timeout=60)
+    finally:
+        hung.close()
+        path.unlink(missing_ok=True)
+    answer = f"did not answer within {warm_driver.ANSWER_TIMEOUT_SECONDS:.0f} s"
+    assert run.returncode == 1, run.stderr
+    assert f"the warm driver of {lake} {answer}; no second driver was started" in run.stderr
+    assert "Traceback" not in run.stderr + status.stderr + stop.stderr
+    assert not warm_driver.log_path(lake).exists()  # no driver process was started (it would log there)
+    assert (status.returncode, stop.returncode) == (1, 1) and answer in status.stderr and answer in stop.stderr
