@@ -113,22 +113,18 @@ def cmd_driver(args: argparse.Namespace) -> int:
     from millpond import warm_driver
 
     lake = paths.lake_root()
-    if args.action == "start":
-        try:
-            info = warm_driver.start(lake)
-        except warm_driver.WarmDriverError as exc:
-            print(f"millpond: {exc}", file=sys.stderr)
-            return 1
-        print(f"warm driver pid {info['pid']} serving {lake} (JIT {info['jit']}, {info['runs']} run(s) served); "
-              f"runs use it with {warm_driver.ENV}=on; log {warm_driver.log_path(lake)}")  # fmt: skip
-        return 0
     try:
+        if args.action == "start":
+            info = warm_driver.start(lake)
+            print(f"warm driver pid {info['pid']} serving {lake} (JIT {info['jit']}, {info['runs']} run(s) served); "
+                  f"runs use it with {warm_driver.ENV}=on; log {warm_driver.log_path(lake)}")  # fmt: skip
+            return 0
         if args.action == "stop":
             stopped = warm_driver.stop(lake)
             print(f"warm driver of {lake}: " + ("stopping after its current run" if stopped else "none running"))
             return 0
         info = warm_driver.status(lake)
-    except warm_driver.WarmDriverError as exc:
+    except warm_driver.WarmDriverError as exc:  # none could be started, or one is there and does not answer
         print(f"millpond: {exc}", file=sys.stderr)
         return 1
     if info is None:

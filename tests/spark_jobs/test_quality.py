@@ -111,7 +111,7 @@ def test_clean_increment_passes_warn_only_reports_and_results_join_the_event_log
 
 
 def test_a_batch_that_passes_is_reported_with_its_counts_and_one_that_warns_with_its_failing_values(spark, lake):
-    """A clean batch is validated once, counts only; a batch where anything fails again, with sample values."""
+    """A clean batch's report comes from counts alone; a batch where anything fails shows its failing values."""
     land_good(lake, seed=2)
     assert runner.main(["activity", "--run-id", "passes"]) == 0
     results = spark.read.format("delta").load(str(reports.validation_results_path())).where("run_id = 'passes'")
