@@ -193,8 +193,10 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
     # `text` is null for an unreadable line, so nothing below parses 10 MB of it (Spark may evaluate a CASE
     # branch it does not take when it shares a subexpression).
     text = F.col("text")
+    # A line starting with `{` is not blank: only the others pay for the trimmed copy.
+    not_blank = F.when(value.startswith("{"), F.lit(True)).otherwise(F.btrim(value, F.lit(" \t")) != "")
     parsed = (
-        lines.where(F.btrim(value, F.lit(" \t")) != "")
+        lines.where(not_blank)
         .select(value, F.col(SOURCE_FILE), *carry, F.when(readable, value).alias("text"))
         .select(
             value,
@@ -206,11 +208,12 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
             # the filter once per reference (B3: the quarantine pass cost a third of the batch's parse).
             F.explode(F.array(F.from_json(text, _nullable(schema).add(_CORRUPT, "string"), parse_options))).alias("j"),
         )
-        .withColumn("keys", _object_keys(schema))
+        .withColumn(NEW_FIELDS, _new_fields(schema))
     )
     malformed = F.col("j").getField(_CORRUPT).isNotNull() | F.col("j").isNull()
     error = F.when(malformed, _json_reason(schema)).otherwise(_missing_required(schema, F.col("j").getField))
-    unknown = F.array_except(F.col("keys"), F.array(*[F.lit(f.name) for f in schema.fields]))
+    unknown = F.col(NEW_FIELDS)
+    has_new = F.size(unknown) > 0  # null (false) when the column is null
     rescued = F.to_json(
         F.map_filter(F.from_json(text, "map<string,variant>"), lambda k, _: F.array_contains(unknown, k))
     )
@@ -219,11 +222,11 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
         SOURCE_FILE,
         *carry,
         # Good rows keep their text only when it has new fields (`schema_drift: add` reads them from it).
-        F.when(error.isNull(), F.when(F.size(unknown) > 0, value)).otherwise(_kept_raw(value)).alias(RAW),
+        F.when(error.isNull(), F.when(has_new, value)).otherwise(_kept_raw(value)).alias(RAW),
         error.alias(ERROR),
-        F.when(error.isNull() & (F.size(unknown) > 0), rescued).alias(RESCUED),
-        F.when(error.isNull() & (F.size(unknown) > 0), unknown).alias(NEW_FIELDS),
-        _line_bucket(value).alias(LINE_BUCKET),
+        F.when(error.isNull() & has_new, rescued).alias(RESCUED),
+        F.when(error.isNull() & has_new, unknown).alias(NEW_FIELDS),
+        F.when(error.isNotNull(), _line_bucket(value)).alias(LINE_BUCKET),  # only bad lines' buckets are used
     )
 
 
@@ -260,8 +263,9 @@ def _line_bucket(value: Column) -> Column:
     return F.pmod(F.xxhash64(value), F.lit(LINE_BUCKETS))
 
 
-def _object_keys(schema: StructType) -> Column:
-    """The line's top-level keys, or an empty array when they can only be schema fields (the common case).
+def _new_fields(schema: StructType) -> Column:
+    """The line's top-level keys that are not schema fields; null when only schema fields are possible (the common
+    case), and empty when there are none (e.g. keys counted inside a nested object).
 
     A JSON key is a string followed by optional whitespace and `:`, so counting `"\\s*:` bounds the number of keys
     at any depth from above. If that count is at most the number of schema fields the parse filled, every
@@ -275,7 +279,9 @@ def _object_keys(schema: StructType) -> Column:
     spaced = text.contains('" ') | text.contains('"\t')  # lines are split at \n and \r: no other JSON whitespace
     literal = (F.octet_length(text) - F.octet_length(F.replace(text, F.lit('":'), F.lit("")))) / 2
     key_marks = F.when(spaced, F.regexp_count(text, F.lit(r'"\s*:'))).otherwise(literal)
-    return F.when(key_marks <= filled, F.array().cast("array<string>")).otherwise(F.json_object_keys(text))
+    # Null, not an empty array, when only schema fields are possible: an array per line cost bronze time (B3).
+    names = F.array(*[F.lit(f.name) for f in schema.fields])
+    return F.when(key_marks > filled, F.array_except(F.json_object_keys(text), names))
 
 
 def _nullable(schema: StructType) -> StructType:

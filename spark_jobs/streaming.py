@@ -39,6 +39,10 @@ from spark_jobs.progress import ProgressListener, watermark_of
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"  # Delta's idempotent-DML session confs (MERGE included)
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 FAULT_ENV = "MILLPOND_FAULT"  # "<table id>:<point>[:<batch id>]": SIGKILL this process there (fault-injection tests)
+# A landing batch's bad lines ride out of its one pass in the observed metrics (a bounded heap, `min_by(.., k)`)
+# when there are at most this many, each at most CARRIED_RAW_BYTES of raw text (so at most ~40 MB reach the
+# driver); otherwise the quarantine pass reads them again. B3: the second read cost 5 s of a 39 s batch.
+CARRIED_BAD_LINES, CARRIED_RAW_BYTES = 5000, 8192
 
 
 class TableFailed(RuntimeError):
@@ -232,17 +236,23 @@ class BatchWriter:
     def write_landing_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Split parsed lines: well-formed rows to the table, the rest (raw text + reason) to its quarantine.
 
-        One pass parses the files, writes the good rows and counts every row and the bad ones (`observe`); only a
-        batch that had bad lines is read a second time, for its quarantine. Of a json landing batch that second read
-        takes only the files that held bad lines and parses only their lines whose hash bucket held one
-        (`sources.reread_bad_lines`); re-filtering the batch frame would run its whole parse again, because
-        foreachBatch hands over the executed micro-batch, where no filter reaches below the parse. Caching the
-        parsed batch instead cost more than the parse itself (B3). A replayed batch whose table write Delta skips
-        executes no plan, so it is counted by a query of its own.
+        One pass parses the files, writes the good rows and counts every row and the bad ones (`observe`). The
+        same observation carries the bad lines themselves when they are few and short (CARRIED_BAD_LINES), which
+        is what the quarantine then writes: what this pass read, with no second read. Only a batch with more or
+        longer bad lines is read a second time. Of a json landing batch that second read takes only the files that
+        held bad lines and parses only their lines whose hash bucket held one (`sources.reread_bad_lines`);
+        re-filtering the batch frame would run its whole parse again, because foreachBatch hands over the executed
+        micro-batch, where no filter reaches below the parse. Caching the parsed batch instead cost more than the
+        parse itself (B3). A replayed batch whose table write Delta skips executes no plan, so it is counted by a
+        query of its own.
         """
         ingested_at = F.lit(datetime.now(UTC)).cast("timestamp")
         is_bad = F.col(sources.ERROR).isNotNull()
-        counts = [F.count(F.lit(1)).alias("rows"), F.count_if(is_bad).alias("bad")]
+        carried = is_bad & (F.octet_length(sources.RAW) <= CARRIED_RAW_BYTES)
+        counts = [F.count(F.lit(1)).alias("rows"), F.count_if(is_bad).alias("bad"),
+                  F.count_if(carried).alias("bad_carried"),
+                  F.min_by(F.struct(sources.RAW, sources.SOURCE_FILE, sources.ERROR), F.when(carried, F.lit(0)),
+                           CARRIED_BAD_LINES).alias("bad_lines")]  # fmt: skip
         rereadable = self.can_reread_bad_lines(batch)
         if rereadable:  # bounded however bad the batch is: LINE_BUCKETS buckets, the batch's files
             counts.append(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("bad_buckets"))
@@ -266,7 +276,13 @@ class BatchWriter:
         if self.listener is not None:
             self.listener.rows_read[(self.table.id, batch_id)] = rows
         if bad_rows:
-            bad = self.reread_bad_lines(metrics, bad_rows, batch_id) if rereadable else batch.where(is_bad)
+            if metrics["bad_carried"] == bad_rows == len(metrics["bad_lines"] or ()):
+                bad = self.spark.createDataFrame(metrics["bad_lines"], batch.select(
+                    sources.RAW, sources.SOURCE_FILE, sources.ERROR).schema)  # fmt: skip
+            elif rereadable:
+                bad = self.reread_bad_lines(metrics, bad_rows, batch_id)
+            else:
+                bad = batch.where(is_bad)
             bad = bad.select(
                 F.col(sources.RAW).alias("raw"),
                 F.col(sources.SOURCE_FILE).alias("source_file"),

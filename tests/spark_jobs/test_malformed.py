@@ -212,10 +212,51 @@ def test_csv_field_counts_types_and_required_fields_get_reasons(spark, lake, tmp
     }
 
 
+def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spark, lake, monkeypatch):
+    """Up to CARRIED_BAD_LINES bad lines of at most CARRIED_RAW_BYTES ride out of the batch's one pass: the
+    quarantine holds what that read saw, and no file is read again. A batch with a longer bad line is read again."""
+    from spark_jobs import sources, streaming
+
+    folder = lake / "landing" / "activity"
+    folder.mkdir(parents=True)
+    bad_lines = ["not json", good(2).replace('"Index": 2', '"Index": "two"'), "[1, 2]"]
+    (folder / "a.json").write_text("\n".join([good(1), bad_lines[0], good(3), bad_lines[1]]) + "\n")
+    (folder / "b.json").write_text("\n".join([bad_lines[2], good(4)]) + "\n")
+    reread_files = []
+    reread = sources.reread_bad_lines
+
+    def recording_reread(spark, source, files, buckets):
+        reread_files.append(sorted(f.rsplit("/", 1)[-1] for f in files))
+        return reread(spark, source, files, buckets)
+
+    monkeypatch.setattr(sources, "reread_bad_lines", recording_reread)
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "carried"]) == 0
+    assert reread_files == []
+    assert sorted(r.Index for r in read(spark, "bronze.activity").collect()) == [1, 3, 4]
+    rows = {r.raw: (r.source_file.rsplit("/", 1)[-1], r.reason, r.run_id) for r in quarantine(spark, "bronze.activity")}
+    assert rows == {
+        "not json": ("a.json", "not a JSON object", "carried"),
+        bad_lines[1]: ("a.json", "field Index: expected bigint, got two", "carried"),
+        "[1, 2]": ("b.json", "not a JSON object", "carried"),
+    }
+
+    long_bad = "{" + "x" * streaming.CARRIED_RAW_BYTES  # one line over the carried size: the batch is read again
+    (folder / "c.json").write_text("\n".join([good(5), long_bad, "still not json"]) + "\n")
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "reread"]) == 0
+    assert reread_files == [["c.json"]]
+    assert sorted(r.Index for r in read(spark, "bronze.activity").collect()) == [1, 3, 4, 5]
+    reread_rows = {r.raw: r.reason for r in quarantine(spark, "bronze.activity") if r.run_id == "reread"}
+    assert reread_rows == {long_bad: "malformed JSON (truncated or invalid syntax)",
+                           "still not json": "not a JSON object"}  # fmt: skip
+
+
 def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(spark, lake, monkeypatch, capsys):
-    """Bronze reads a batch's bad lines again from their files for the quarantine; a file rewritten in between
-    must not put other lines there than the ones missing from the table."""
-    from spark_jobs import sources
+    """A batch whose bad lines are not carried out of its read (here: none is, CARRIED_RAW_BYTES 0) reads them
+    again from their files for the quarantine; a file rewritten in between must not put other lines there than the
+    ones missing from the table."""
+    from spark_jobs import sources, streaming
+
+    monkeypatch.setattr(streaming, "CARRIED_RAW_BYTES", 0)
 
     folder = lake / "landing" / "activity"
     folder.mkdir(parents=True)
@@ -248,8 +289,11 @@ def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(
 def test_bad_lines_are_read_again_from_their_own_files_whatever_their_names(spark, lake, monkeypatch, capsys):
     """The quarantine pass reads the files that held bad lines, not the whole landing folder: names with spaces,
     `%`, `#` or non-ASCII letters still give the quarantine each line with the file it came from, and a file removed
-    before that read fails the batch naming it (not with Spark's PATH_NOT_FOUND)."""
-    from spark_jobs import sources
+    before that read fails the batch naming it (not with Spark's PATH_NOT_FOUND). (No bad line is carried out of
+    the first read here, CARRIED_RAW_BYTES 0, so every batch takes that second read.)"""
+    from spark_jobs import sources, streaming
+
+    monkeypatch.setattr(streaming, "CARRIED_RAW_BYTES", 0)
 
     folder = lake / "landing" / "activity"
     folder.mkdir(parents=True)
