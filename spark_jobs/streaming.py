@@ -250,7 +250,6 @@ class BatchWriter:
         is_bad = F.col(sources.ERROR).isNotNull()
         carried = is_bad & (F.octet_length(sources.RAW) <= CARRIED_RAW_BYTES)
         counts = [F.count(F.lit(1)).alias("rows"), F.count_if(is_bad).alias("bad"),
-                  F.count_if(carried).alias("bad_carried"),
                   F.min_by(F.struct(sources.RAW, sources.SOURCE_FILE, sources.ERROR), F.when(carried, F.lit(0)),
                            CARRIED_BAD_LINES).alias("bad_lines")]  # fmt: skip
         rereadable = self.can_reread_bad_lines(batch)
@@ -276,7 +275,7 @@ class BatchWriter:
         if self.listener is not None:
             self.listener.rows_read[(self.table.id, batch_id)] = rows
         if bad_rows:
-            if metrics["bad_carried"] == bad_rows == len(metrics["bad_lines"] or ()):
+            if len(metrics["bad_lines"] or ()) == bad_rows:  # only carried lines are collected: all of them were
                 bad = self.spark.createDataFrame(metrics["bad_lines"], batch.select(
                     sources.RAW, sources.SOURCE_FILE, sources.ERROR).schema)  # fmt: skip
             elif rereadable:

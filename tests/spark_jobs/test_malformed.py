@@ -249,6 +249,12 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     assert reread_rows == {long_bad: "malformed JSON (truncated or invalid syntax)",
                            "still not json": "not a JSON object"}  # fmt: skip
 
+    monkeypatch.setattr(streaming, "CARRIED_BAD_LINES", 2)  # more bad lines than are carried: read again too
+    (folder / "d.json").write_text("\n".join(["one", good(6), "two", "three"]) + "\n")
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "many"]) == 0
+    assert reread_files == [["c.json"], ["d.json"]]
+    assert sorted(r.raw for r in quarantine(spark, "bronze.activity") if r.run_id == "many") == ["one", "three", "two"]
+
 
 def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(spark, lake, monkeypatch, capsys):
     """A batch whose bad lines are not carried out of its read (here: none is, CARRIED_RAW_BYTES 0) reads them
