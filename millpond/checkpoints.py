@@ -139,18 +139,15 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
     return hashlib.sha256(json.dumps(state).encode()).hexdigest()
 
 
-GLOB_CHARACTERS = set("{}[]*?\\")  # what makes Spark's file source (Hadoop globbing) read a path as a pattern
-
-
 def refuse_pattern_names(table: Table, root: Path, names: list[str]) -> None:
     """Spark's file source reads each file of a batch by its path, and a path holding a glob character is expanded
     as a pattern: the batch then reads other files twice (seen with `?` and with `[1]{a}`). Refused before the
     query starts, so nothing of the batch is read."""
-    odd = [name for name in names if GLOB_CHARACTERS & set(name)]
+    odd = [name for name in names if paths.GLOB_CHARACTERS & set(name)]
     if odd:
         shown = ", ".join(str(root / name) for name in odd[:3]) + (f" and {len(odd) - 3} more" if len(odd) > 3 else "")
         raise CheckpointProblem(
-            f"{table.id}: landing file name(s) with a glob character ({' '.join(sorted(GLOB_CHARACTERS))}): {shown}. "
+            f"{table.id}: landing file name(s) with a glob character ({' '.join(sorted(paths.GLOB_CHARACTERS))}): {shown}. "
             "Spark's file source would read such a name as a pattern and read other files twice. Nothing was read. "
             "Fix: rename the file(s) without those characters (or move them out of the landing folder), then rerun"
         )

@@ -16,6 +16,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+# What Hadoop's globbing reads as a pattern in a path given to Spark's file source (which then reads other files or
+# another folder), and `[`/`]` also stop delta-rs from opening a table: no lake path may hold them.
+GLOB_CHARACTERS = frozenset("{}[]*?\\")
+
+
 def lake_root() -> Path:
     return Path(os.environ.get("MILLPOND_LAKE") or REPO_ROOT / "lake").resolve()
 

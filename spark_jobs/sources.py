@@ -20,7 +20,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from millpond import paths
-from millpond.checkpoints import GLOB_CHARACTERS
 from millpond.spec import FileSource, KafkaSource, Pipeline, Table, ddl_columns, resolve_setting
 
 # Columns a landing read adds next to the source's schema. `_error` is null for a well-formed line.
@@ -254,7 +253,7 @@ def _paths_to_read(source: FileSource, files: list[str]) -> str | list[str]:
     after this read then names it, instead of Spark's PATH_NOT_FOUND."""
     parsed = [urlparse(file) for file in files]
     local = [unquote(url.path) for url in parsed]
-    if any(url.scheme != "file" for url in parsed) or any(GLOB_CHARACTERS & set(path) for path in local):
+    if any(url.scheme != "file" for url in parsed) or any(paths.GLOB_CHARACTERS & set(path) for path in local):
         return str(paths.landing_path(source.path))
     return [path for path in local if os.path.exists(path)] or str(paths.landing_path(source.path))
 

@@ -89,6 +89,8 @@ def test_activity_spec_loads_into_frozen_objects_in_dependency_order(tmp_path):
         (lambda s: s["sources"]["activity"].update(path="../../etc"), "sources.activity.path",
          "points outside the lake root"),
         (lambda s: s["sources"]["activity"].update(path="/var/data"), "sources.activity.path", "is absolute"),
+        (lambda s: s["sources"]["activity"].update(path="landing/activity[1]"), "sources.activity.path",
+         "holds [ ], which Spark's file source reads as a glob pattern"),
         (lambda s: s["tables"]["silver.activity"].pop("watermark"), "tables.silver.activity.dedup",
          "without a watermark"),
         (lambda s: s["tables"]["silver.activity"]["watermark"].update(delay="an hour"),
@@ -148,6 +150,23 @@ def test_cli_validate_rejects_before_spark_starts(tmp_path):
     assert run.returncode == 2
     assert "complete mode needs an aggregation" in run.stderr
     assert not (tmp_path / "lake" / "_system").exists()  # nothing started, nothing written
+
+
+def test_a_lake_root_spark_would_read_as_a_pattern_is_refused_before_spark_starts(tmp_path):
+    """Seen before the check: with MILLPOND_LAKE=.../lake[1], bronze ingested the files of .../lake1 (Hadoop read
+    `[1]` as a character class), then the event log's delta-rs write panicked on the path."""
+    write_spec(tmp_path, ACTIVITY)
+    lake, lookalike = tmp_path / "lake[1]", tmp_path / "lake1"
+    for root in (lake, lookalike):
+        (root / "landing" / "activity").mkdir(parents=True)
+        (root / "landing" / "activity" / "a.json").write_text('{"Device": "d", "Index": 1}\n')
+    env = {"MILLPOND_PIPELINES": str(tmp_path), "MILLPOND_LAKE": str(lake), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-m", "millpond.cli", "run", "activity"], env=env, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert f"lake root: {lake} holds [ ], which Spark's file source reads as a glob pattern" in run.stderr
+    assert "Fix: move the lake to a folder whose path has none of" in run.stderr
+    assert sorted(p.name for p in lake.iterdir()) == sorted(p.name for p in lookalike.iterdir()) == ["landing"]
 
 
 def test_two_pipelines_writing_one_table_are_rejected(tmp_path, monkeypatch):
