@@ -20,25 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from millpond.delta_log import txn_marker
-from millpond.system_tables import CHECKPOINT_INTERVAL
+from millpond.system_tables import CHECKPOINT_INTERVAL, driver_writable, open_table
 
 SMALL_ROWS = 100_000  # collected to the driver as Arrow: a few MB for an aggregate of this size
 
 
 def table_to_overwrite(path: Path, spark_schema: dict[str, Any]):
     """The table's delta-rs handle if this batch (Spark schema as `StructType.jsonValue()`) can take this path."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    if not (Path(path) / "_delta_log").is_dir():
+    table = open_table(path)
+    if table is None or not driver_writable(table):
         return None
-    try:
-        table = DeltaTable(str(path))
-    except TableNotFoundError:
-        return None
-    protocol, metadata = table.protocol(), table.metadata()
-    if (protocol.min_reader_version > 1 or protocol.min_writer_version > 2 or metadata.partition_columns
-            or metadata.configuration.get("delta.appendOnly", "false").lower() == "true"):  # fmt: skip
+    if table.metadata().configuration.get("delta.appendOnly", "false").lower() == "true":
         return None
     if _shape(json.loads(table.schema().to_json())) != _shape(spark_schema):
         return None

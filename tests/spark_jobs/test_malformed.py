@@ -214,7 +214,9 @@ def test_csv_field_counts_types_and_required_fields_get_reasons(spark, lake, tmp
 
 def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spark, lake, monkeypatch):
     """Up to CARRIED_BAD_LINES bad lines of at most CARRIED_RAW_BYTES ride out of the batch's one pass: the
-    quarantine holds what that read saw, and no file is read again. A batch with a longer bad line is read again."""
+    quarantine holds what that read saw, and no file is read again; the driver commits them (delta-rs), naming the
+    app and batch as Spark's writes do. A batch with a longer bad line is read again, and Spark appends to the
+    same table."""
     from spark_jobs import sources, streaming
 
     folder = lake / "landing" / "activity"
@@ -239,6 +241,10 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
         bad_lines[1]: ("a.json", "field Index: expected bigint, got two", "carried"),
         "[1, 2]": ("b.json", "not a JSON object", "carried"),
     }
+    log = paths.quarantine_path("bronze.activity") / "_delta_log"
+    commit = next(json.loads(line)["commitInfo"] for line in (log / f"{0:020d}.json").read_text().splitlines()
+                  if "commitInfo" in line)  # fmt: skip
+    assert commit["clientVersion"].startswith("delta-rs") and json.loads(commit["userMetadata"])["txnVersion"] == 0
 
     long_bad = "{" + "x" * streaming.CARRIED_RAW_BYTES  # one line over the carried size: the batch is read again
     (folder / "c.json").write_text("\n".join([good(5), long_bad, "still not json"]) + "\n")
@@ -254,6 +260,7 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "many"]) == 0
     assert reread_files == [["c.json"], ["d.json"]]
     assert sorted(r.raw for r in quarantine(spark, "bronze.activity") if r.run_id == "many") == ["one", "three", "two"]
+    assert {type(r.quarantined_at).__name__ for r in quarantine(spark, "bronze.activity")} == {"datetime"}
 
 
 def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(spark, lake, monkeypatch, capsys):
