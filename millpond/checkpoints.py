@@ -147,7 +147,7 @@ def refuse_pattern_names(table: Table, root: Path, names: list[str]) -> None:
     if odd:
         shown = ", ".join(str(root / name) for name in odd[:3]) + (f" and {len(odd) - 3} more" if len(odd) > 3 else "")
         raise CheckpointProblem(
-            f"{table.id}: landing file name(s) with a glob character ({' '.join(sorted(paths.GLOB_CHARACTERS))}): {shown}. "
+            f"{table.id}: landing file name(s) with a glob character ({paths.GLOB_SHOWN}): {shown}. "
             "Spark's file source would read such a name as a pattern and read other files twice. Nothing was read. "
             "Fix: rename the file(s) without those characters (or move them out of the landing folder), then rerun"
         )

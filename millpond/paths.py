@@ -19,6 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # What Hadoop's globbing reads as a pattern in a path given to Spark's file source (which then reads other files or
 # another folder), and `[`/`]` also stop delta-rs from opening a table: no lake path may hold them.
 GLOB_CHARACTERS = frozenset("{}[]*?\\")
+GLOB_SHOWN = " ".join(sorted(GLOB_CHARACTERS))  # as error messages list them
 
 
 def lake_root() -> Path:

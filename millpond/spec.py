@@ -49,7 +49,6 @@ SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearl
 LANDING = "landing"  # sources are referenced as `landing.<source name>`
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_GLOB_SHOWN = " ".join(sorted(paths.GLOB_CHARACTERS))
 _TABLE_ID = re.compile(r"^(bronze|silver|gold)\.[a-z][a-z0-9_]*$")
 _FUNCTION_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _DURATION = re.compile(r"^\d+\s+(second|minute|hour|day|week)s?$")
@@ -655,14 +654,14 @@ class _Loader:
         if odd := " ".join(sorted(paths.GLOB_CHARACTERS & set(str(self.lake_root)))):
             self.problem("lake root", f"{self.lake_root} holds {odd}, which Spark's file source reads as a glob "
                          "pattern (it would read another folder's files)", "move the lake to a folder whose path has "
-                         f"none of {_GLOB_SHOWN} and set MILLPOND_LAKE to it")  # fmt: skip
+                         f"none of {paths.GLOB_SHOWN} and set MILLPOND_LAKE to it")  # fmt: skip
 
     def lake_path(self, where: str, path: str) -> None:
         if not path:
             return
         if odd := " ".join(sorted(paths.GLOB_CHARACTERS & set(path))):
             self.problem(where, f"{path!r} holds {odd}, which Spark's file source reads as a glob pattern (it would "
-                         "read other files or folders)", f"rename the folder without {_GLOB_SHOWN}")  # fmt: skip
+                         "read other files or folders)", f"rename the folder without {paths.GLOB_SHOWN}")  # fmt: skip
             return
         if Path(path).is_absolute():
             self.problem(where, f"{path!r} is absolute", "give a path relative to the lake root ($MILLPOND_LAKE)")

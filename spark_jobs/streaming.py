@@ -280,10 +280,10 @@ class BatchWriter:
             self.listener.rows_read[(self.table.id, batch_id)] = rows
         if bad_rows:
             carried = metrics["bad_lines"] or []
-            if len(carried) == bad_rows and self.write_carried_bad_lines(carried, batch_id, now):
-                return  # only carried lines are collected: all of them were, and they are in the quarantine
-            if len(carried) == bad_rows:  # the quarantine table takes no delta-rs commit: Spark writes them
-                bad = self.spark.createDataFrame(carried, batch.select(
+            if len(carried) == bad_rows:  # only carried lines are collected: all of them were
+                if self.write_carried_bad_lines(carried, batch_id, now):
+                    return
+                bad = self.spark.createDataFrame(carried, batch.select(  # no delta-rs commit: Spark writes them
                     sources.RAW, sources.SOURCE_FILE, sources.ERROR).schema)  # fmt: skip
             elif rereadable:
                 bad = self.reread_bad_lines(metrics, bad_rows, batch_id)
