@@ -28,6 +28,13 @@ BASE_CONF = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
+# A file-stream batch reaches Spark as its files' explicit paths (FileStreamSource.getBatch), and Spark "lists" more
+# than 32 paths with a Spark job of one task per path: about 1 s of B3's cold 200-file batch (bench run 19), where
+# the plain batch job reading the folder lists it on the driver. Under a local master those tasks run on the
+# driver's own cores anyway, so it lists there: a stat per file. A cluster keeps Spark's default (an object store's
+# listing is remote).
+LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold", 100_000
+
 
 def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str | None = None,
                         driver_java_options: str = "", launch_conf: dict[str, str] | None = None) -> SparkSession:  # fmt: skip
@@ -53,6 +60,8 @@ def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str 
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("MILLPOND_SPARK_LOG_LEVEL", "ERROR"))
+    if spark.sparkContext.master.startswith("local"):
+        spark.conf.set(LISTING_THRESHOLD, str(LOCAL_LISTING_THRESHOLD))
     return spark
 
 

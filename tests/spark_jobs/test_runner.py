@@ -193,3 +193,20 @@ def test_tables_and_layers_select_what_runs(spark, lake):
     assert runner.main(["activity", "--tables", "gold.device_counts", "--run-id", "one"]) == 0
     assert set(event_log(spark, "one")) == {"gold.device_counts"}
     assert runner.main(["activity", "--tables", "gold.nope"]) == 2
+
+
+def spark_job_descriptions(spark) -> list[str]:
+    """Every job this Spark application ran, as the Spark UI's Jobs page describes it."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    described = (jobs.apply(i).description() for i in range(jobs.size()))
+    return [d.get() for d in described if d.isDefined()]
+
+
+def test_a_batch_of_many_landing_files_is_listed_by_the_driver_not_by_a_spark_job(spark, lake):
+    # Spark lists more than 32 explicit paths (a file-stream batch's files) with a job of one task per path: seconds
+    # of B3's cold 200-file batch. A local session lists them on the driver.
+    land(lake, 40, rows=20, seed=31)
+    assert runner.main(["activity", "--layers", "bronze", "--run-id", "many-files"]) == 0
+    assert event_log(spark, "many-files")["bronze.activity"].rows_in == 800
+    assert read(spark, "bronze.activity").select("_source_file").distinct().count() == 40
+    assert [d for d in spark_job_descriptions(spark) if "Listing leaf files" in d] == []
