@@ -210,7 +210,11 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
         .withColumn(NEW_FIELDS, _new_fields(schema))
     )
     malformed = F.col("j").getField(_CORRUPT).isNotNull() | F.col("j").isNull()
-    error = F.when(malformed, _json_reason(schema)).otherwise(_missing_required(schema, F.col("j").getField))
+    missing = _missing_required(schema, F.col("j").getField)
+    # The same test as `_error IS NOT NULL` (a malformed line's reason is never null), without the reason: Spark
+    # inlines a column's expression wherever it is used, and three copies of the reason's per-field JSON lookups made
+    # bronze's generated method too large for HotSpot to compile (B3).
+    bad = malformed | missing.isNotNull()
     unknown = F.col(NEW_FIELDS)
     has_new = F.size(unknown) > 0  # null (false) when the column is null
     rescued = F.to_json(
@@ -221,11 +225,11 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
         SOURCE_FILE,
         *carry,
         # Good rows keep their text only when it has new fields (`schema_drift: add` reads them from it).
-        F.when(error.isNull(), F.when(has_new, value)).otherwise(_kept_raw(value)).alias(RAW),
-        error.alias(ERROR),
-        F.when(error.isNull() & has_new, rescued).alias(RESCUED),
-        F.when(error.isNull() & has_new, unknown).alias(NEW_FIELDS),
-        F.when(error.isNotNull(), _line_bucket(value)).alias(LINE_BUCKET),  # only bad lines' buckets are used
+        F.when(~bad, F.when(has_new, value)).otherwise(_kept_raw(value)).alias(RAW),
+        F.when(malformed, _json_reason(schema)).otherwise(missing).alias(ERROR),
+        F.when(~bad & has_new, rescued).alias(RESCUED),
+        F.when(~bad & has_new, unknown).alias(NEW_FIELDS),
+        F.when(bad, _line_bucket(value)).alias(LINE_BUCKET),  # only bad lines' buckets are used
     )
 
 
