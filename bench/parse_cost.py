@@ -1,9 +1,11 @@
 """Where bronze's json parse time goes: the same landed files through each layer of it, into Spark's `noop` sink.
 
 Writes one JSON figure (bench/results-parse.json, not committed). One warm session, each variant repeated (median,
-min, max): plain `spark.read.json`, text + `from_json`, millpond's `parse_json_lines` as bronze writes it, and the
-same without the check for fields the schema does not name (`_new_fields`, which `schema_drift` needs). Not a
-timed test; it says which part of B3's gap is what. Usage:
+min, max): plain `spark.read.json`, text + `from_json`, bronze's writer shape (`parse_json_lines`, the batch's
+observed metrics, the good-row filter), and the same without the check for fields the schema does not name
+(`_new_fields`, which `schema_drift` needs). Each variant also records its whole-stage-codegen stages' largest
+generated method in bytes: HotSpot does not JIT-compile a method over 8,000, so a change that fuses stages past it
+runs slower however little it computes. Not a timed test; it says which part of B3's gap is what. Usage:
 
     .venv/bin/python bench/parse_cost.py [--scale large] [--repeats 3]
 """
@@ -19,6 +21,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+
+def largest_methods(frame) -> list[int]:
+    """Each whole-stage-codegen stage's largest generated method, in bytecode bytes (Spark's debug package)."""
+    stages = frame.sparkSession._jvm.org.apache.spark.sql.execution.debug.package.codegenStringSeq(
+        frame._jdf.queryExecution().executedPlan())  # fmt: skip
+    return [stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size())]
 
 
 def seconds(make, repeats: int) -> dict:
@@ -38,6 +47,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -45,6 +55,7 @@ def main() -> int:
     from millpond.spec import load_pipeline
     from spark_jobs import sources
     from spark_jobs.session import build_spark_session
+    from spark_jobs.streaming import landing_batch_metrics
 
     files = [str(f) for f in data.pool(args.scale)[: data.SCALES[args.scale].b3_files]]
     pipeline = load_pipeline("activity")
@@ -55,9 +66,10 @@ def main() -> int:
         return spark.read.format("text").load(files).select("value", F.col("_metadata.file_path").alias(
             sources.SOURCE_FILE))
 
-    def good_rows():  # what bronze's writer keeps of a parsed batch
+    def good_rows():  # what bronze's writer keeps of a parsed batch, counting it as it goes
         parsed = sources.parse_json_lines(lines(), StructType.fromDDL(source.schema), source.options)
-        return parsed.where(F.col(sources.ERROR).isNull()).drop(sources.RAW, sources.ERROR, sources.LINE_BUCKET)
+        observed = parsed.observe(Observation(), *landing_batch_metrics(rereadable=True))
+        return observed.where(F.col(sources.ERROR).isNull()).drop(sources.RAW, sources.ERROR, sources.LINE_BUCKET)
 
     def without_key_check():
         keys = sources._new_fields
@@ -71,11 +83,12 @@ def main() -> int:
     variants = {
         "plain_read_json": lambda: spark.read.schema(source.schema).json(files),
         "text_then_from_json": lambda: lines().select(F.from_json("value", with_corrupt).alias("j")).select("j.*"),
-        "millpond_parse": good_rows,
-        "millpond_parse_without_new_field_check": without_key_check,
+        "bronze_writer": good_rows,
+        "bronze_writer_without_new_field_check": without_key_check,
     }
     figure = {"files": len(files), "mb": round(data.size_bytes([Path(f) for f in files]) / 2**20, 1),
-              "seconds": {name: seconds(make, args.repeats) for name, make in variants.items()}}  # fmt: skip
+              "seconds": {name: seconds(make, args.repeats) for name, make in variants.items()},
+              "largest_method_bytes_per_stage": {name: largest_methods(make()) for name, make in variants.items()}}  # fmt: skip
     out = REPO / "bench" / "results-parse.json"
     out.write_text(json.dumps(figure, indent=2) + "\n")
     print(json.dumps(figure, indent=2))

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 from pyspark.sql.utils import CapturedException
@@ -46,6 +46,21 @@ CARRIED_BAD_LINES, CARRIED_RAW_BYTES = 5000, 8192
 # A landing table's quarantine: each bad line's kept text, its file (or Kafka address), why, and which run.
 LANDING_QUARANTINE_COLUMNS = (("raw", "string"), ("source_file", "string"), ("reason", "string"), ("rule", "string"),
                               ("run_id", "string"), ("quarantined_at", "timestamp"))  # fmt: skip
+
+
+def landing_batch_metrics(rereadable: bool) -> list[Column]:
+    """What the one pass over a parsed landing batch counts beside writing it: rows, bad rows, the bad lines
+    themselves when few and short (CARRIED_BAD_LINES), and, if they can be read again, their buckets and files
+    (bounded however bad the batch is: LINE_BUCKETS buckets, the batch's files)."""
+    is_bad = F.col(sources.ERROR).isNotNull()
+    carried = is_bad & (F.octet_length(sources.RAW) <= CARRIED_RAW_BYTES)
+    counts = [F.count(F.lit(1)).alias("rows"), F.count_if(is_bad).alias("bad"),
+              F.min_by(F.struct(sources.RAW, sources.SOURCE_FILE, sources.ERROR), F.when(carried, F.lit(0)),
+                       CARRIED_BAD_LINES).alias("bad_lines")]  # fmt: skip
+    if rereadable:
+        counts.append(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("bad_buckets"))
+        counts.append(F.collect_set(F.when(is_bad, F.col(sources.SOURCE_FILE))).alias("bad_files"))
+    return counts
 
 
 class TableFailed(RuntimeError):
@@ -252,14 +267,8 @@ class BatchWriter:
         now = datetime.now(UTC)
         ingested_at = F.lit(now).cast("timestamp")
         is_bad = F.col(sources.ERROR).isNotNull()
-        carried = is_bad & (F.octet_length(sources.RAW) <= CARRIED_RAW_BYTES)
-        counts = [F.count(F.lit(1)).alias("rows"), F.count_if(is_bad).alias("bad"),
-                  F.min_by(F.struct(sources.RAW, sources.SOURCE_FILE, sources.ERROR), F.when(carried, F.lit(0)),
-                           CARRIED_BAD_LINES).alias("bad_lines")]  # fmt: skip
         rereadable = self.can_reread_bad_lines(batch)
-        if rereadable:  # bounded however bad the batch is: LINE_BUCKETS buckets, the batch's files
-            counts.append(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("bad_buckets"))
-            counts.append(F.collect_set(F.when(is_bad, F.col(sources.SOURCE_FILE))).alias("bad_files"))
+        counts = landing_batch_metrics(rereadable)
         counted = None
         if not self.drift_needs_a_pass(batch):  # `add`/`fail` query the batch first; Observation fails after that
             counted = Observation(f"millpond-landing-{self.app_id}-{batch_id}-{uuid.uuid4().hex}")

@@ -203,8 +203,8 @@ def spark_job_descriptions(spark) -> list[str]:
 
 
 def test_a_batch_of_many_landing_files_is_listed_by_the_driver_not_by_a_spark_job(spark, lake):
-    # Spark lists more than 32 explicit paths (a file-stream batch's files) with a job of one task per path: seconds
-    # of B3's cold 200-file batch. A local session lists them on the driver.
+    # Spark lists more than 32 explicit paths (a file-stream batch's files) with a job of one task per path: about
+    # 1 s of B3's cold 200-file batch. A local session lists them on the driver.
     land(lake, 40, rows=20, seed=31)
     assert runner.main(["activity", "--layers", "bronze", "--run-id", "many-files"]) == 0
     assert event_log(spark, "many-files")["bronze.activity"].rows_in == 800
