@@ -1,4 +1,4 @@
-# The front door. Every target sets itself up on a machine with only Python 3.11, Java 17, Maven and the registries.
+# The front door. Every target sets itself up on a machine with only Python 3.11, a JDK 17, Maven and the registries.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -16,7 +16,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
 PIPELINE ?= activity
 
-.PHONY: setup venv jars kafka-broker kafka-up kafka-down browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
+.PHONY: setup venv jars jvm kafka-broker kafka-up kafka-down browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
 help:
 	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make test   set up, then run every test (unit + integration, kill tests included)"
@@ -27,7 +27,7 @@ help:
 	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (RELIABILITY.md)"
 	@echo "make bench SCALE=small|large [ONLY=B3,B6]  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json, .md"
 
-setup: venv jars
+setup: venv jars jvm
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -45,6 +45,11 @@ $(JARS)/.fetched: build/jars.pom.xml
 	mvn --batch-mode --quiet -f build/jars.pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DexcludeTransitive=true
 	touch $@
+
+# millpond's Spark functions (jvm/, registered by spark_jobs/session.py), compiled against the venv's pyspark.
+jvm: $(JARS)/millpond-spark.jar
+$(JARS)/millpond-spark.jar: jvm/build.sh $(wildcard jvm/src/main/java/millpond/spark/*.java) $(VENV)/.installed
+	jvm/build.sh $(BIN)/python $@
 
 # A Kafka broker (KRaft, millpond/kafka_broker.py) for the tests and for `make kafka-up`: the kafka_2.13 jars and
 # their transitive deps, kept apart from Spark's classpath.

@@ -1,9 +1,10 @@
 """Where bronze's json parse time goes: the same landed files through each layer of it, into Spark's `noop` sink.
 
 Writes one JSON figure (bench/results-parse.json, not committed). One warm session, each variant repeated (median,
-min, max): plain `spark.read.json`, text + `from_json`, bronze's writer shape (`parse_json_lines`, the batch's
-observed metrics, the good-row filter), and the same without the check for fields the schema does not name
-(`_new_fields`, which `schema_drift` needs). Each variant also records its whole-stage-codegen stages' largest
+min, max): plain `spark.read.json`, text + `from_json`, text + millpond's byte parse (`millpond_parse_json_line`,
+jvm/), bronze's writer shape (`parse_json_lines`, the batch's observed metrics, the good-row filter), the same with
+`from_json` as its parse, and the same without the check for fields the schema does not name (`_new_fields`, which
+`schema_drift` needs). Each variant also records its whole-stage-codegen stages' largest
 generated method in bytes: HotSpot does not JIT-compile a method over 8,000, so a change that fuses stages past it
 runs slower however little it computes. Not a timed test; it says which part of B3's gap is what. Usage:
 
@@ -79,11 +80,23 @@ def main() -> int:
         finally:
             sources._new_fields = keys
 
+    def with_from_json():  # bronze's parse as it was: from_json, which reads each line through a Reader
+        parse = sources._parse_line
+        sources._parse_line = lambda text, schema, options, _: F.from_json(text, schema, options)
+        try:
+            return good_rows()
+        finally:
+            sources._parse_line = parse
+
     with_corrupt = StructType.fromDDL(source.schema).add("_corrupt_record", "string")
+    permissive = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
     variants = {
         "plain_read_json": lambda: spark.read.schema(source.schema).json(files),
         "text_then_from_json": lambda: lines().select(F.from_json("value", with_corrupt).alias("j")).select("j.*"),
+        "text_then_byte_parse": lambda: lines().select(
+            sources._parse_line(F.col("value"), with_corrupt, permissive, spark).alias("j")).select("j.*"),
         "bronze_writer": good_rows,
+        "bronze_writer_with_from_json": with_from_json,
         "bronze_writer_without_new_field_check": without_key_check,
     }
     figure = {"files": len(files), "mb": round(data.size_bytes([Path(f) for f in files]) / 2**20, 1),

@@ -302,7 +302,7 @@ def submit_args() -> list[str]:
     from millpond.airflow_dags import spark_conf
 
     conf = [arg for key, value in spark_conf().items() for arg in ("--conf", f"{key}={value}")]
-    return ["--master", "local[2]", "--jars", ",".join(paths.delta_jars()), *conf]
+    return ["--master", "local[2]", "--jars", ",".join(paths.spark_jars()), *conf]
 
 
 def run_dag(lake: Path) -> Measured:

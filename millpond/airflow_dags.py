@@ -127,7 +127,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
         self.log.info("Spark master %s (connection %r)", master, self._conn_id)
         if self.run_in_warm_driver(master):
             return
-        self.jars = ",".join(paths.delta_jars())
+        self.jars = ",".join(paths.spark_jars())
         self.py_files = str(build_py_files())
         self.conf = {**spark_conf(), **self.conf}
         self.choose_driver_jit()

@@ -76,9 +76,17 @@ def jars_dir() -> Path:
     return Path(os.environ.get("MILLPOND_JARS") or REPO_ROOT / ".cache" / "jars").resolve()
 
 
-def delta_jars() -> list[str]:
-    """The Delta jars `make jars` fetched, or a clear error: both local sessions and spark-submit need them."""
+# millpond's own Spark functions (jvm/), which `make setup` compiles next to the fetched jars.
+FUNCTIONS_JAR = "millpond-spark.jar"
+
+
+def spark_jars() -> list[str]:
+    """The jars every millpond application ships (Delta's and Kafka's, which `make jars` fetches, and millpond's
+    functions, which `make jvm` builds), or a clear error: both local sessions and spark-submit need them."""
     jars = sorted(str(p) for p in jars_dir().glob("*.jar"))
     if not any("delta-spark" in j for j in jars):
         raise RuntimeError(f"Delta jars not found in {jars_dir()}. Fix: run `make jars` (needs Java 17 and Maven).")
+    if not (jars_dir() / FUNCTIONS_JAR).is_file():
+        raise RuntimeError(f"{FUNCTIONS_JAR} (millpond's Spark functions) not found in {jars_dir()}. Fix: run "
+                           "`make jvm` (needs a JDK 17's javac).")  # fmt: skip
     return jars

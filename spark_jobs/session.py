@@ -1,4 +1,5 @@
-"""The one place a SparkSession is built: Delta enabled from the local jar cache, tuned for small local runs."""
+"""The one place a SparkSession is built: Delta and millpond's functions enabled from the local jar cache, tuned for
+small local runs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from millpond import paths
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
 BASE_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    # Delta's SQL, and millpond's functions (jvm/: bronze's json parse and new-field check, sources.parse_json_lines).
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension,millpond.spark.MillpondExtensions",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
@@ -48,7 +50,7 @@ def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str 
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
         builder = builder.master(master or os.environ.get("MILLPOND_SPARK_MASTER", "local[2]"))
-        builder = builder.config("spark.jars", ",".join(paths.delta_jars()))
+        builder = builder.config("spark.jars", ",".join(paths.spark_jars()))
         builder = builder.config("spark.ui.enabled", os.environ.get("MILLPOND_SPARK_UI", "false"))
         builder = builder.config("spark.driver.memory", os.environ.get("MILLPOND_DRIVER_MEMORY", "2g"))
         if driver_java_options:

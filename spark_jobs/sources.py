@@ -29,7 +29,7 @@ SOURCE_FILE, RAW, ERROR = "_source_file", "_raw", "_error"
 RESCUED, NEW_FIELDS = "_rescued_data", "_new_fields"
 # json sources only: a hash bucket of the line's text. Bronze's writer collects the buckets (and files) of bad lines
 # while it writes the good ones, so its quarantine pass parses only the lines in those buckets (reread_bad_lines:
-# the filter on the raw text runs before from_json), not the whole batch again (B3).
+# the filter on the raw text runs before the parse), not the whole batch again (B3).
 LINE_BUCKET, LINE_BUCKETS = "_line_bucket", 65536
 _CORRUPT = "_corrupt_record"
 # The file source silently skips files whose mtime is older than maxFileAge (default 7 days) relative to the
@@ -203,9 +203,10 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
             F.col(SOURCE_FILE),
             *carry,
             # explode of a one-element array: a barrier that keeps filters on the parse's results (the writer's
-            # good/bad split) above the parse. Spark would otherwise push them below it, inlining from_json into
+            # good/bad split) above the parse. Spark would otherwise push them below it, inlining the parse into
             # the filter once per reference (B3: the quarantine pass cost a third of the batch's parse).
-            F.explode(F.array(F.from_json(text, _nullable(schema).add(_CORRUPT, "string"), parse_options))).alias("j"),
+            F.explode(F.array(_parse_line(text, _nullable(schema).add(_CORRUPT, "string"), parse_options,
+                                          lines.sparkSession))).alias("j"),
         )
         .withColumn(NEW_FIELDS, _new_fields(schema))
     )
@@ -216,7 +217,7 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
     # JSON lookups (B3: bronze's writer 3.76 against 4.05 s warm, bench/parse_cost.py).
     bad = malformed | missing.isNotNull()
     unknown = F.col(NEW_FIELDS)
-    has_new = F.size(unknown) > 0  # null (false) when the column is null
+    has_new = unknown.isNotNull()
     rescued = F.to_json(
         F.map_filter(F.from_json(text, "map<string,variant>"), lambda k, _: F.array_contains(unknown, k))
     )
@@ -238,7 +239,7 @@ def reread_bad_lines(spark: SparkSession, source: FileSource, files: list[str], 
 
     `files` and `buckets` are the batch's `_source_file` and `_line_bucket` values of bad lines. Only those files
     are listed and read (same text source: the same lines as the stream read), and the bucket filter runs on the
-    raw text before from_json, so only about 2 % of a file's lines with 0.1 % bad lines are parsed again.
+    raw text before the parse, so only about 2 % of a file's lines with 0.1 % bad lines are parsed again.
     """
     lines = (
         spark.read.format("text").load(_paths_to_read(source, files))
@@ -266,25 +267,22 @@ def _line_bucket(value: Column) -> Column:
     return F.pmod(F.xxhash64(value), F.lit(LINE_BUCKETS))
 
 
-def _new_fields(schema: StructType) -> Column:
-    """The line's top-level keys that are not schema fields; null when only schema fields are possible (the common
-    case), and empty when there are none (e.g. keys counted inside a nested object).
+def _parse_line(text: Column, schema: StructType, options: dict[str, str], spark: SparkSession) -> Column:
+    """from_json(text, schema, options), parsed from the line's UTF-8 bytes (jvm/ JsonLineParser, Spark's own
+    parser): from_json decodes every line through a Reader first. Same rows for valid UTF-8, the only lines bronze
+    parses (tests/spark_jobs/test_json_functions.py compares them with from_json's line by line; bench/parse_cost.py
+    times both in bronze's writer)."""
+    settings = {"timeZone": spark.conf.get("spark.sql.session.timeZone"), **options}
+    as_map = F.create_map(*[F.lit(part) for key, value in settings.items() for part in (key, value)])
+    return F.call_function("millpond_parse_json_line", text, F.lit(schema.json()), as_map)
 
-    A JSON key is a string followed by optional whitespace and `:`, so counting `"\\s*:` bounds the number of keys
-    at any depth from above. If that count is at most the number of schema fields the parse filled, every
-    top-level key is one of those fields: no second parse (json_object_keys) is needed to look for new ones.
-    Spark's regexp_count builds an array of every match per line (it cost bronze a third of its parse time,
-    bench B3), so a line where no `"` is followed by a space or tab (what JSON writers emit) counts the literal
-    `":` by how much removing it shortens the line; only other lines pay for the regex. Same count either way.
-    """
-    parsed, text = F.col("j"), F.col("text")
-    filled = sum((F.when(parsed.getField(f.name).isNotNull(), 1).otherwise(0) for f in schema.fields), F.lit(0))
-    spaced = text.contains('" ') | text.contains('"\t')  # lines are split at \n and \r: no other JSON whitespace
-    literal = (F.octet_length(text) - F.octet_length(F.replace(text, F.lit('":'), F.lit("")))) / 2
-    key_marks = F.when(spaced, F.regexp_count(text, F.lit(r'"\s*:'))).otherwise(literal)
-    # Null, not an empty array, when only schema fields are possible: an array per line cost bronze time (B3).
+
+def _new_fields(schema: StructType) -> Column:
+    """The line's top-level keys that are not schema fields, or null when there are none: one scan of its bytes
+    (jvm/ JsonLineKeys). With Spark's built-ins it took json_object_keys (a second parse), or counting `":` with
+    replace and contains, which compare bytes at every position: 22.8 % of bronze's writer in a profile (B3)."""
     names = F.array(*[F.lit(f.name) for f in schema.fields])
-    return F.when(key_marks > filled, F.array_except(F.json_object_keys(text), names))
+    return F.call_function("millpond_unknown_json_keys", F.col("text"), names)
 
 
 def _nullable(schema: StructType) -> StructType:

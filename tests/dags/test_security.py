@@ -60,7 +60,7 @@ def test_spark_submit_command_line_carries_no_secret(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", secret)
     task = DagBag(dag_folder=str(REPO / "dags")).dags["activity"].get_task("ingest")
-    task.jars = ",".join(airflow_dags.paths.delta_jars())
+    task.jars = ",".join(airflow_dags.paths.spark_jars())
     task.conf = {**airflow_dags.spark_conf(), **(task.conf or {})}
     task.env_vars = {**airflow_dags.job_env(), **(task.env_vars or {})}
     hook = task.build_hook()

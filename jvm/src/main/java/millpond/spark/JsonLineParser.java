@@ -1,0 +1,119 @@
+package millpond.spark;
+
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonParser;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.json.CreateJacksonParser;
+import org.apache.spark.sql.catalyst.json.JSONOptions;
+import org.apache.spark.sql.catalyst.json.JacksonParser;
+import org.apache.spark.sql.catalyst.util.FailureSafeParser;
+import org.apache.spark.sql.catalyst.util.MapData;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.types.UTF8String;
+import scala.collection.Iterator;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * from_json for one line of UTF-8 bytes, parsed as bytes: Spark's JacksonParser and FailureSafeParser, as
+ * from_json builds them, fed the way the JSON file source feeds them.
+ *
+ * <p>from_json wraps each line in an InputStreamReader (so that invalid UTF-8 becomes U+FFFD) and Jackson then
+ * decodes it char by char: a tenth of bronze's writer time (bench B3). Bronze parses only lines already checked to be
+ * valid UTF-8, so it can hand Jackson the bytes, whose byte parser is the one the JSON file source uses.
+ */
+public final class JsonLineParser {
+  private static final ThreadLocal<Map<String, FailureSafeParser<UTF8String>>> PARSERS =
+      ThreadLocal.withInitial(HashMap::new);
+  private static final ThreadLocal<Cached> LAST = new ThreadLocal<>();
+
+  private JsonLineParser() {}
+
+  /**
+   * The line parsed against the schema (given as its JSON), with the options from_json takes (PERMISSIVE and its
+   * corrupt-record column included): the row from_json would return.
+   */
+  public static InternalRow parse(UTF8String line, UTF8String schemaJson, MapData options) {
+    Iterator<InternalRow> rows = parser(schemaJson, options).parse(line);
+    return rows.hasNext() ? rows.next() : null;
+  }
+
+  /** The schema a call returns, read when the function is built (its second argument must be a literal). */
+  public static StructType schema(UTF8String schemaJson) {
+    return (StructType) DataType.fromJson(schemaJson.toString());
+  }
+
+  /** The thread's parser for these literal arguments: the last one on identity (every row), else built once. */
+  private static FailureSafeParser<UTF8String> parser(UTF8String schemaJson, MapData options) {
+    Cached last = LAST.get();
+    if (last != null && last.schemaJson() == schemaJson && last.options() == options) {
+      return last.parser();
+    }
+    Map<String, String> settings = asMap(options);
+    FailureSafeParser<UTF8String> parser = PARSERS.get().computeIfAbsent(
+        schemaJson + "\u0000" + new TreeMap<>(settings), key -> build(schema(schemaJson), settings));
+    LAST.set(new Cached(schemaJson, options, parser));
+    return parser;
+  }
+
+  /** As from_json (JsonToStructsEvaluator) builds it, but with the byte parser. */
+  private static FailureSafeParser<UTF8String> build(StructType schema, Map<String, String> options) {
+    JSONOptions parsed = new JSONOptions(scala.collection.immutable.Map.from(CollectionConverters.asScala(options)),
+        options.getOrDefault("timeZone", "UTC"), "_corrupt_record");
+    String corrupt = parsed.columnNameOfCorruptRecord();
+    StructType fields = new StructType(java.util.Arrays.stream(schema.fields())
+        .filter(field -> !field.name().equals(corrupt)).toArray(org.apache.spark.sql.types.StructField[]::new));
+    JacksonParser raw = new JacksonParser(fields, parsed, false, JacksonParser.$lessinit$greater$default$4());
+    return new FailureSafeParser<>(line -> raw.parse(line, JsonLineParser::bytesParser, record -> record),
+        parsed.parseMode(), schema, corrupt);
+  }
+
+  /**
+   * The line's bytes as a stream, not as a byte array: JacksonParser copies a STRING field's nested object or array
+   * verbatim from a byte array (as spark.read.json does) but re-serializes it from anything else, as from_json does.
+   * Jackson guesses the encoding from the first four bytes (a NUL among them means UTF-16 or UTF-32, and a UTF-8
+   * byte-order mark is skipped): such lines get from_json's reader, so that they parse exactly as from_json's do.
+   */
+  private static JsonParser bytesParser(JsonFactory factory, UTF8String line) {
+    if (!plainUtf8Start(line)) {
+      return CreateJacksonParser.utf8String(factory, line);
+    }
+    try {
+      if (line.getBaseObject() instanceof byte[] bytes) {
+        int start = (int) (line.getBaseOffset() - Platform.BYTE_ARRAY_OFFSET);
+        return factory.createParser(new ByteArrayInputStream(bytes, start, line.numBytes()));
+      }
+      return factory.createParser(new ByteArrayInputStream(line.getBytes()));
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  private static boolean plainUtf8Start(UTF8String line) {
+    int head = Math.min(4, line.numBytes());
+    for (int i = 0; i < head; i++) {
+      if (line.getByte(i) == 0) {
+        return false;
+      }
+    }
+    return !(head >= 3 && line.getByte(0) == (byte) 0xEF && line.getByte(1) == (byte) 0xBB
+        && line.getByte(2) == (byte) 0xBF);
+  }
+
+  private static Map<String, String> asMap(MapData options) {
+    Map<String, String> map = new HashMap<>();
+    for (int i = 0; i < options.numElements(); i++) {
+      map.put(options.keyArray().getUTF8String(i).toString(), options.valueArray().getUTF8String(i).toString());
+    }
+    return map;
+  }
+
+  private record Cached(UTF8String schemaJson, MapData options, FailureSafeParser<UTF8String> parser) {}
+}

@@ -1,0 +1,132 @@
+"""millpond's Spark functions (jvm/) against what they replace, computed another way, line by line.
+
+Bronze parses each json line with `millpond_parse_json_line` (from_json's parser fed the line's bytes) and finds the
+fields its schema does not name with `millpond_unknown_json_keys` (one scan of the bytes). Here the first must give
+exactly from_json's row for every kind of line, and the second exactly the keys Python's json module reads.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from millpond import paths
+from spark_jobs import sources
+
+pytestmark = pytest.mark.integration
+
+# A schema with every kind of field a spec can declare, so each of JacksonParser's converters is compared.
+RICH_SCHEMA = ("i INT, l BIGINT, d DOUBLE, dec DECIMAL(10,2), b BOOLEAN, s STRING, t TIMESTAMP, day DATE, "
+               "arr ARRAY<INT>, m MAP<STRING,INT>, st STRUCT<k: STRING, n: INT>")  # fmt: skip
+
+LINES = [
+    '{"i": 1, "l": 9007199254740993, "d": 1.5, "dec": 12.345, "b": true, "s": "x", "t": "2026-11-01T10:00:00Z", '
+    '"day": "2026-11-01", "arr": [1, 2], "m": {"a": 1}, "st": {"k": "v", "n": 2}}',
+    '{"i": "12"}', '{"i": 1.0}', '{"i": 3000000000}', '{"i": 007}', '{"l": -1e3}', '{"d": "NaN"}', '{"d": NaN}',
+    '{"d": Infinity}', '{"d": "1.5"}', '{"dec": 123456789012.5}', '{"b": "true"}', '{"b": 1}', '{"s": 5}',
+    '{"s": {"nested": [1, 2]}}', '{"s": null}', '{"t": "2026-11-01 10:00:00"}', '{"t": 1700000000}',
+    '{"t": "01/11/2026 10:00"}', '{"t": "not a time"}', '{"day": "2026-13-01"}', '{"arr": [1, "x", 3]}',
+    '{"arr": 5}', '{"m": {"a": "b"}}', '{"st": {"k": 1, "n": "2", "extra": true}}', '{"st": []}',
+    '{"s": "caf\\u00e9 \\ud83d\\ude00"}', '{"s": "café 😀 \u2028"}', '{"S": "case"}', '{"s": "a", "s": "b"}',
+    '{"unknown": 1}', "{}", "  {\"i\": 2}\t", '{"i": 1} trailing', '{"i": 1}{"i": 2}', '[{"i": 1}]', "[]", "1",
+    '"a string"', "null", "true", '{"i": 1,}', '{"i": }', '{"i": 1', '{"s": "unterminated}', "{'s': 'single'}",
+    "{s: 1}", '{"i": 1 /* note */}', '{"s": "tab\there"}', '{"s": "\\x41"}', "not json", "\ufeff{\"i\": 9}",
+    '\x00{"i": 1}', '{\x00"i": 1}', '{"i"\x00: 1}', "{" + '"s": "' + "é" * 3000 + '"}',
+    '{"st": ' * 40 + "1" + "}" * 40,
+]  # fmt: skip
+OPTION_SETS = [{}, {"allowComments": "true", "allowSingleQuotes": "false"}, {"timestampFormat": "dd/MM/yyyy HH:mm"},
+               {"allowNonNumericNumbers": "false", "allowUnquotedFieldNames": "true"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: ",".join(o) or "defaults")
+def test_parsing_a_lines_bytes_gives_from_json_s_row_for_every_kind_of_line(spark, options):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(RICH_SCHEMA).add("_corrupt_record", "string")
+    with_corrupt = {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+    lines = spark.createDataFrame(list(enumerate(LINES)), "id INT, text STRING")
+    ours = lines.select("id", sources._parse_line(F.col("text"), schema, with_corrupt, spark).alias("row"))
+    from_json = lines.select("id", F.from_json("text", schema, with_corrupt).alias("row"))
+    # Compared as JSON text (a map column cannot be compared directly): every field, nulls and NaN included.
+    both = ours.select("id", F.to_json("row").alias("ours")).join(
+        from_json.select("id", F.to_json("row").alias("from_json")), "id")  # fmt: skip
+    differ = both.where(~F.col("ours").eqNullSafe(F.col("from_json"))).orderBy("id").collect()
+    assert [(LINES[r.id], r.ours, r.from_json) for r in differ] == []
+    assert both.count() == len(LINES)
+    corrupt = ours.where(F.col("row._corrupt_record").isNotNull() | F.col("row").isNull()).count()
+    assert 10 < corrupt < len(LINES) - 10  # both kinds of line were compared
+
+
+def test_a_line_of_invalid_utf8_is_a_corrupt_record_not_a_failed_task(spark):
+    """The one difference from from_json, which reads bad bytes as U+FFFD and may accept the line. Bronze never parses
+    such a line: `_error` says "invalid UTF-8" first (sources.parse_json_lines)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL("s STRING, i INT").add("_corrupt_record", "string")
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+    lines = [b'{"s":"\x80\xff"}', b'{"s":"\xe2\x82"}', b"\xc0\xaf{}", b'{"i"\xa0:1}', '{"s":"é"}'.encode()]
+    frame = spark.createDataFrame([(i, line.hex()) for i, line in enumerate(lines)], "id INT, hex STRING")
+    text = frame.select("id", F.unhex("hex").cast("string").alias("text"))
+    ours = text.select("id", sources._parse_line(F.col("text"), schema, options, spark).alias("row")).orderBy("id")
+    theirs = text.select("id", F.from_json("text", schema, options).alias("row")).orderBy("id")
+    for line, row, from_json in zip(lines, ours.collect(), theirs.collect(), strict=True):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            assert row.row.s is None and row.row._corrupt_record is not None, line
+        else:
+            assert row == from_json and row.row.s == "é"
+
+
+KNOWN = ["Device", "Index", "x"]
+
+
+def key_cases(seed: int, count: int) -> list[str]:
+    """JSON object lines as different writers emit them: spacing, escapes (ensure_ascii), nesting, key order."""
+    rng = random.Random(seed)
+    alphabet = ["Device", "Index", "x", "y", "é", "a\"b", "back\\slash", "new\nline", "dévice", "x y", "😀", "{", ":"]
+    values = [1, 2.5, "s", "\":\"", "a\\\"b:", None, True, [1, {"inner": 1}], {"Device": {"deep": [1]}}, "{[}]"]
+    lines = []
+    for _ in range(count):
+        keys = rng.sample(alphabet, rng.randrange(0, 6))
+        record = {key: rng.choice(values) for key in keys}
+        separators = rng.choice([(",", ":"), (", ", ": "), (" ,\t", " :\t"), (",", " : ")])
+        lines.append(json.dumps(record, ensure_ascii=rng.random() < 0.5, separators=separators))
+    return lines
+
+
+def test_unknown_keys_are_the_top_level_keys_python_reads_minus_the_schema_s(spark):
+    from pyspark.sql import functions as F
+
+    lines = key_cases(seed=7, count=400) + ['{"dev\\u0069ce": 1, "Device": 2}', '{"x": 1, "x": 2, "q": 1, "q": 2}']
+    frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
+    names = F.array(*[F.lit(name) for name in KNOWN])
+    found = frame.select("text", F.call_function("millpond_unknown_json_keys", F.col("text"), names).alias("keys"))
+    for row in found.collect():
+        pairs = json.loads(row.text, object_pairs_hook=lambda items: items)
+        expected = list(dict.fromkeys(key for key, _ in pairs if key not in KNOWN))
+        assert row["keys"] == (expected or None), row.text
+    assert found.where(F.col("keys").isNotNull()).count() > 300  # most lines had a new key: the check can fail
+
+
+def test_unknown_keys_of_what_is_not_one_json_object(spark):
+    """Not one complete JSON object: no keys (the parse quarantines such a line). After the object ends, nothing is a
+    key."""
+    from pyspark.sql import functions as F
+
+    lines = ['[{"a": 1}]', "not json", '"a": 1', '{"a": 1} {"b": 2}', '{"a": "unterminated', '{"a": 1', "", None]
+    frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
+    found = frame.select(F.call_function("millpond_unknown_json_keys", F.col("text"), F.array(F.lit("x"))).alias("k"))
+    assert [r.k for r in found.collect()] == [None, None, None, ["a"], None, None, None, None]
+
+
+@pytest.mark.unit
+def test_a_jar_folder_without_the_functions_jar_is_refused_naming_the_fix(tmp_path, monkeypatch):
+    (tmp_path / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
+    monkeypatch.setenv("MILLPOND_JARS", str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"millpond-spark.jar .* Fix: run `make jvm`"):
+        paths.spark_jars()
