@@ -22,12 +22,13 @@ import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * from_json for one line of UTF-8 bytes, parsed as bytes: Spark's JacksonParser and FailureSafeParser, as
- * from_json builds them, fed the way the JSON file source feeds them.
+ * from_json for one line, parsed from its UTF-8 bytes: Spark's JacksonParser and FailureSafeParser, built as from_json
+ * builds them, with Jackson's byte parser under them instead of its char parser.
  *
- * <p>from_json wraps each line in an InputStreamReader (so that invalid UTF-8 becomes U+FFFD) and Jackson then
- * decodes it char by char: a tenth of bronze's writer time (bench B3). Bronze parses only lines already checked to be
- * valid UTF-8, so it can hand Jackson the bytes, whose byte parser is the one the JSON file source uses.
+ * <p>from_json wraps each line in an InputStreamReader (so that invalid UTF-8 becomes U+FFFD) and Jackson reads the
+ * decoded chars (bench/parse_cost.py times both parses in bronze's writer). Bronze parses
+ * only lines already checked to be valid UTF-8, for which the rows are the same; an invalid line is a corrupt record
+ * here, where from_json may accept it with U+FFFD in place of its bad bytes.
  */
 public final class JsonLineParser {
   private static final ThreadLocal<Map<String, FailureSafeParser<UTF8String>>> PARSERS =
