@@ -205,7 +205,7 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
             # explode of a one-element array: a barrier that keeps filters on the parse's results (the writer's
             # good/bad split) above the parse. Spark would otherwise push them below it, inlining the parse into
             # the filter once per reference (B3: the quarantine pass cost a third of the batch's parse).
-            F.explode(F.array(_parse_line(text, _nullable(schema).add(_CORRUPT, "string"), parse_options,
+            F.explode(F.array(parse_json_line(text, _nullable(schema).add(_CORRUPT, "string"), parse_options,
                                           lines.sparkSession))).alias("j"),
         )
         .withColumn(NEW_FIELDS, _new_fields(schema))
@@ -267,7 +267,7 @@ def _line_bucket(value: Column) -> Column:
     return F.pmod(F.xxhash64(value), F.lit(LINE_BUCKETS))
 
 
-def _parse_line(text: Column, schema: StructType, options: dict[str, str], spark: SparkSession) -> Column:
+def parse_json_line(text: Column, schema: StructType, options: dict[str, str], spark: SparkSession) -> Column:
     """from_json(text, schema, options), parsed from the line's UTF-8 bytes (jvm/ JsonLineParser, Spark's own
     parser): from_json decodes every line through a Reader first. Same rows for valid UTF-8, the only lines bronze
     parses (tests/spark_jobs/test_json_functions.py compares them with from_json's line by line; bench/parse_cost.py

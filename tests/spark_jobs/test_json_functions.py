@@ -48,7 +48,7 @@ def test_parsing_a_lines_bytes_gives_from_json_s_row_for_every_kind_of_line(spar
     schema = StructType.fromDDL(RICH_SCHEMA).add("_corrupt_record", "string")
     with_corrupt = {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
     lines = spark.createDataFrame(list(enumerate(LINES)), "id INT, text STRING")
-    ours = lines.select("id", sources._parse_line(F.col("text"), schema, with_corrupt, spark).alias("row"))
+    ours = lines.select("id", sources.parse_json_line(F.col("text"), schema, with_corrupt, spark).alias("row"))
     from_json = lines.select("id", F.from_json("text", schema, with_corrupt).alias("row"))
     # Compared as JSON text (a map column cannot be compared directly): every field, nulls and NaN included.
     both = ours.select("id", F.to_json("row").alias("ours")).join(
@@ -71,7 +71,7 @@ def test_a_line_of_invalid_utf8_is_a_corrupt_record_not_a_failed_task(spark):
     lines = [b'{"s":"\x80\xff"}', b'{"s":"\xe2\x82"}', b"\xc0\xaf{}", b'{"i"\xa0:1}', '{"s":"é"}'.encode()]
     frame = spark.createDataFrame([(i, line.hex()) for i, line in enumerate(lines)], "id INT, hex STRING")
     text = frame.select("id", F.unhex("hex").cast("string").alias("text"))
-    ours = text.select("id", sources._parse_line(F.col("text"), schema, options, spark).alias("row")).orderBy("id")
+    ours = text.select("id", sources.parse_json_line(F.col("text"), schema, options, spark).alias("row")).orderBy("id")
     theirs = text.select("id", F.from_json("text", schema, options).alias("row")).orderBy("id")
     for line, row, from_json in zip(lines, ours.collect(), theirs.collect(), strict=True):
         try:

@@ -171,7 +171,7 @@ def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, l
     bad = sources.reread_bad_lines(spark, source, found.files, found.buckets)
     assert sorted(r[sources.RAW] for r in bad.collect()) == sorted(r[sources.RAW] for r in parsed.where(is_bad).collect())
     plan = bad._jdf.queryExecution().executedPlan().toString().splitlines()
-    schema_parse = "JsonLineParser.parse("  # sources._parse_line (the rescue's from_json is not it)
+    schema_parse = "JsonLineParser.parse("  # sources.parse_json_line (the rescue's from_json is not it)
     parse = next(i for i, line in enumerate(plan) if schema_parse in line)
     pushed = next(i for i, line in enumerate(plan) if "file_path" in line and "xxhash64(value" in line)
     assert pushed > parse  # the plan prints top-down: the file and bucket filters run below the parse
