@@ -3,13 +3,16 @@
 Writes one JSON figure (bench/results-parse.json, not committed). One warm session, each variant repeated (median,
 min, max): plain `spark.read.json`, text + `from_json`, text + millpond's byte parse (`millpond_parse_json_line`,
 jvm/), bronze's writer shape (`parse_json_lines`, the batch's observed metrics, the good-row filter), the same with
-`from_json` as its parse, and the same without the check for fields the schema does not name (`_new_fields`, which
-`schema_drift` needs). It counts the rows of bronze's whole parse (every column, good and bad lines) that differ
-between the byte parse and `from_json`. Each variant also records its whole-stage-codegen stages' largest
-generated method in bytes: HotSpot does not JIT-compile a method over 8,000, so a change that fuses stages past it
-runs slower however little it computes. Not a timed test; it says which part of B3's gap is what. Usage:
+`from_json` as its parse, with the `_rescued_data` of Spark's built-ins (`map_filter`, which whole-stage codegen
+cannot compile, so its projection runs outside the stage), and without the check for fields the schema does not
+name (`_new_fields`, which `schema_drift` needs). It counts the rows of bronze's whole parse (every column, good
+and bad lines) that differ between the byte parse and `from_json`. Each variant also records its
+whole-stage-codegen stages' largest generated method in bytes. HotSpot by default does not JIT-compile a method
+over 8,000 bytes, so millpond's JVMs start with `-XX:-DontCompileHugeMethods` (millpond.driver_jit); with
+`--hotspot-default` this script starts its JVM without it (results-parse-hotspot-default.json), to show what the
+option is worth. Not a timed test; it says which part of B3's gap is what. Usage:
 
-    .venv/bin/python bench/parse_cost.py [--scale large] [--repeats 3]
+    .venv/bin/python bench/parse_cost.py [--scale large] [--repeats 3] [--hotspot-default]
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="large")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hotspot-default", action="store_true", help="start the JVM without millpond's JIT option")
     args = parser.parse_args()
 
     from pyspark.sql import Observation
@@ -54,6 +58,7 @@ def main() -> int:
     from pyspark.sql.types import StructType
 
     from bench import data
+    from millpond.driver_jit import java_options
     from millpond.spec import load_pipeline
     from spark_jobs import sources
     from spark_jobs.session import build_spark_session
@@ -62,7 +67,8 @@ def main() -> int:
     files = [str(f) for f in data.pool(args.scale)[: data.SCALES[args.scale].b3_files]]
     pipeline = load_pipeline("activity")
     source = pipeline.sources["landing.activity"]
-    spark = build_spark_session("bench:parse-cost", pipeline.shuffle_partitions)
+    jvm_options = "" if args.hotspot_default else java_options("full")  # what millpond starts a big run's JVM with
+    spark = build_spark_session("bench:parse-cost", pipeline.shuffle_partitions, driver_java_options=jvm_options)
 
     def lines():
         return spark.read.format("text").load(files).select("value", F.col("_metadata.file_path").alias(
@@ -87,6 +93,9 @@ def main() -> int:
     def from_json(text, schema, options, _spark):  # bronze's parse as it was: each line read through a Reader
         return F.from_json(text, schema, options)
 
+    def map_filter_rescue(text, names):  # bronze's `_rescued_data` as it was: Spark's built-ins
+        return F.to_json(F.map_filter(F.from_json(text, "map<string,variant>"), lambda k, _: F.array_contains(names, k)))
+
     def no_new_fields(_schema):
         return F.lit(None).cast("array<string>")
 
@@ -99,16 +108,17 @@ def main() -> int:
             sources.parse_json_line(F.col("value"), with_corrupt, permissive, spark).alias("j")).select("j.*"),
         "bronze_writer": good_rows,
         "bronze_writer_with_from_json": lambda: swapped("parse_json_line", from_json, good_rows),
+        "bronze_writer_with_map_filter_rescue": lambda: swapped("json_fields", map_filter_rescue, good_rows),
         "bronze_writer_without_new_field_check": lambda: swapped("_new_fields", no_new_fields, good_rows),
     }
     ours, reference = parsed(), swapped("parse_json_line", from_json, parsed)
-    figure = {"files": len(files), "mb": round(data.size_bytes([Path(f) for f in files]) / 2**20, 1),
+    figure = {"jvm_options": jvm_options, "files": len(files), "mb": round(data.size_bytes([Path(f) for f in files]) / 2**20, 1),
               "seconds": {name: seconds(make, args.repeats) for name, make in variants.items()},
               "largest_method_bytes_per_stage": {name: largest_methods(make()) for name, make in variants.items()},
               # the byte parse must not change a single row: 0, or the timings compare different work
               "parsed_rows_differing_from_from_json": ours.exceptAll(reference).count()
                                                       + reference.exceptAll(ours).count()}  # fmt: skip
-    out = REPO / "bench" / "results-parse.json"
+    out = REPO / "bench" / ("results-parse-hotspot-default.json" if args.hotspot_default else "results-parse.json")
     out.write_text(json.dumps(figure, indent=2) + "\n")
     print(json.dumps(figure, indent=2))
     return 0

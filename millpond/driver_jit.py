@@ -22,6 +22,11 @@ from millpond.spec import Pipeline, SpecError, Table
 
 ENV = "MILLPOND_DRIVER_JIT"
 QUICK_OPTIONS = "-XX:TieredStopAtLevel=1"
+# Every millpond JVM, driver and executors, in either mode. HotSpot never compiles a method over 8,000 bytecode bytes
+# (DontCompileHugeMethods), and whole-stage codegen fuses a stage's operators into one method: bronze's parse stage
+# is about that size, so a small change to its plan moved it across the limit and made it run interpreted, 35-56 %
+# slower (README "Benchmarks", run 18). Compiled, its size does not matter.
+HUGE_METHODS_OPTIONS = "-XX:-DontCompileHugeMethods"
 # Measured on the 2-core bench machine: C1 only saves ~10 s of warm-up per run and costs ~0.24 s per MB parsed
 # (bronze + silver), so it breaks even near 40 MB of new input. Below this, it wins by several seconds.
 QUICK_MAX_BYTES = 32 * 2**20
@@ -34,7 +39,12 @@ class DriverJit:
 
     @property
     def java_options(self) -> str:
-        return QUICK_OPTIONS if self.mode == "quick" else ""
+        return java_options(self.mode)
+
+
+def java_options(mode: str) -> str:
+    """The driver JVM's options for a JIT mode ("quick" or "full")."""
+    return f"{QUICK_OPTIONS} {HUGE_METHODS_OPTIONS}" if mode == "quick" else HUGE_METHODS_OPTIONS
 
 
 def forced_mode() -> str:

@@ -144,7 +144,7 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
     from pyspark import SparkContext
 
     from spark_jobs.progress import batch_rows, listening
-    from spark_jobs.session import build_spark_session, driver_jit_in_effect
+    from spark_jobs.session import build_spark_session, compiles_huge_methods, driver_jit_in_effect
     from spark_jobs.streaming import TableFailed, run_table
 
     if refresh:
@@ -166,7 +166,7 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
                                 jit.java_options)  # fmt: skip
     phases["spark_session"] = time.perf_counter() - started
     if launching:
-        print(driver_jit_line(jit, driver_jit_in_effect(spark)), flush=True)
+        print(driver_jit_line(jit, driver_jit_in_effect(spark), compiles_huge_methods(spark)), flush=True)
     results: list[TableResult] = []
     failed = None
     with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
@@ -198,9 +198,10 @@ def driver_jit_for(argv: list[str]) -> driver_jit.DriverJit:
     return driver_jit.choose(pipeline, tables, bool(refresh))
 
 
-def driver_jit_line(chosen: driver_jit.DriverJit, in_effect: str) -> str:
+def driver_jit_line(chosen: driver_jit.DriverJit, in_effect: str, huge_methods: bool) -> str:
     """What the driver JVM actually runs with (read from the JVM), and why when it is what this run chose."""
-    name = {"quick": "quick (C1 only)", "full": "full (tiered C1 + C2)"}[in_effect]
+    name = {"quick": "quick (C1 only", "full": "full (tiered C1 + C2"}[in_effect]
+    name += ", methods of any size)" if huge_methods else ", no method over 8,000 bytes)"
     why = chosen.reason if chosen.mode == in_effect else "set by the JVM's launcher, not by this run"
     return f"millpond: driver JIT {name}: {why}"
 

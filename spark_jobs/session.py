@@ -8,6 +8,7 @@ import os
 from pyspark.sql import SparkSession
 
 from millpond import paths
+from millpond.driver_jit import HUGE_METHODS_OPTIONS
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
 BASE_CONF = {
@@ -28,6 +29,8 @@ BASE_CONF = {
     # to plan one json parse, about 0.2 s per plan, and more in GX's). The sites would name millpond's own
     # lines, never a user's; a failed run's error names the failing table instead.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # The driver's JVM options are chosen per run (millpond.driver_jit); executors on a cluster take this one.
+    "spark.executor.extraJavaOptions": HUGE_METHODS_OPTIONS,
 }
 
 # A file-stream batch reaches Spark as its files' explicit paths (FileStreamSource.getBatch), and Spark "lists" more
@@ -73,3 +76,11 @@ def driver_jit_in_effect(spark: SparkSession) -> str:
 
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     return "quick" if QUICK_OPTIONS in list(runtime.getInputArguments()) else "full"
+
+
+def compiles_huge_methods(spark: SparkSession) -> bool:
+    """Whether the driver JVM JIT-compiles methods over 8,000 bytecode bytes (millpond.driver_jit): read from it."""
+    jvm = spark.sparkContext._jvm
+    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))  # fmt: skip
+    return diagnostic.getVMOption("DontCompileHugeMethods").getValue() == "false"

@@ -218,9 +218,7 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
     bad = malformed | missing.isNotNull()
     unknown = F.col(NEW_FIELDS)
     has_new = unknown.isNotNull()
-    rescued = F.to_json(
-        F.map_filter(F.from_json(text, "map<string,variant>"), lambda k, _: F.array_contains(unknown, k))
-    )
+    rescued = json_fields(text, unknown)
     return parsed.select(
         *[F.col("j").getField(f.name).alias(f.name) for f in schema.fields],
         SOURCE_FILE,
@@ -275,6 +273,14 @@ def parse_json_line(text: Column, schema: StructType, options: dict[str, str], s
     settings = {"timeZone": spark.conf.get("spark.sql.session.timeZone"), **options}
     as_map = F.create_map(*[F.lit(part) for key, value in settings.items() for part in (key, value)])
     return F.call_function("millpond_parse_json_line", text, F.lit(schema.json()), as_map)
+
+
+def json_fields(text: Column, names: Column) -> Column:
+    """The line's top-level fields named in `names` as one JSON object (`_rescued_data`), each value compact with
+    its numbers' text kept (jvm/ JsonLineFields). Spark's `to_json(map_filter(from_json(.., 'map<string,variant>'),
+    ..))` does the same, but whole-stage codegen cannot compile map_filter, so the projection holding it ran outside
+    the stage for every line, each row copied across (bench/parse_cost.py)."""
+    return F.call_function("millpond_json_fields", text, names)
 
 
 def _new_fields(schema: StructType) -> Column:
@@ -408,10 +414,9 @@ def apply_schema_drift(good: DataFrame, source: FileSource | KafkaSource, spec_p
     added = [r.field for r in found if ADDABLE_FIELD.match(r.field) and columns.get(r.field.lower(), r.field) == r.field
              and r.field not in good.columns]  # fmt: skip
     left = F.array_except(F.col(NEW_FIELDS), F.array(*[F.lit(name) for name in added]))
-    rescued = F.to_json(F.map_filter(F.from_json(RAW, "map<string,variant>"), lambda k, _: F.array_contains(left, k)))
     return good.select(
         *[c for c in good.columns if c not in (RESCUED, NEW_FIELDS)],
-        F.when(F.size(left) > 0, rescued).alias(RESCUED),
+        F.when(F.size(left) > 0, json_fields(F.col(RAW), left)).alias(RESCUED),
         *[F.get_json_object(RAW, f"$.{name}").alias(name) for name in added],
     )
 

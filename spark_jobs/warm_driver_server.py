@@ -102,7 +102,7 @@ class StreamTo:
 
 class WarmDriver:
     def __init__(self):
-        from millpond.driver_jit import QUICK_OPTIONS, forced_mode
+        from millpond.driver_jit import forced_mode, java_options
         from spark_jobs.session import build_spark_session, driver_jit_in_effect
 
         self.started = time.time()
@@ -116,7 +116,7 @@ class WarmDriver:
         self.stopping = False
         os.environ[warm_driver.SERVING_ENV] = "1"
         # The full JIT unless forced: C2's compiled code pays off over many runs (C1 only suits one short run).
-        jit_options = QUICK_OPTIONS if forced_mode() == "quick" else ""
+        jit_options = java_options("quick" if forced_mode() == "quick" else "full")
         self.spark = build_spark_session("millpond:warm-driver", driver_java_options=jit_options,
                                          launch_conf=RETENTION_CONF)  # fmt: skip
         self.jit = driver_jit_in_effect(self.spark)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
+from millpond.driver_jit import java_options
 from millpond.spec import Pipeline, load_pipeline
 from spark_jobs.session import build_spark_session
 
@@ -36,7 +37,8 @@ def timed_job(name: str, work: Callable[[SparkSession, Pipeline], None], counted
     """Run `work` from a ready session and print one JSON line: its seconds, and the rows of the Delta table
     `counted` (so a side that read nothing cannot look fast)."""
     pipeline = load_pipeline("activity")
-    spark = build_spark_session(name, pipeline.shuffle_partitions)
+    # The driver JVM options millpond runs this much input with (the full JIT): the same JVM on both sides.
+    spark = build_spark_session(name, pipeline.shuffle_partitions, driver_java_options=java_options("full"))
     started = time.perf_counter()
     work(spark, pipeline)
     seconds = time.perf_counter() - started

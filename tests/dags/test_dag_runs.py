@@ -85,8 +85,9 @@ def test_dag_run_processes_landed_files_end_to_end(site, spark):
     assert summary["tables"][0]["rows_in"] == 600  # both files, counted per table in the summary
     # spark-submit started the ingest task's driver JVM with C1 only (read back from the JVM by the runner); gold's
     # first run reads all of silver, which is not sized before it starts, so it keeps the default JIT.
-    assert "millpond: driver JIT quick (C1 only): 0.1 MB of new input <= 32 MB" in log, log[-3000:]
-    assert "millpond: driver JIT full (tiered C1 + C2): this run's new input cannot be sized" in log, log[-3000:]
+    assert "millpond: driver JIT quick (C1 only, methods of any size): 0.1 MB of new input <= 32 MB" in log, log[-3000:]
+    assert ("millpond: driver JIT full (tiered C1 + C2, methods of any size): this run's new input cannot be "
+            "sized") in log, log[-3000:]
     with sqlite3.connect(root / "airflow_home" / "airflow.db") as db:  # per-table XComs of run_summary
         rows = db.execute("SELECT key FROM xcom WHERE task_id = 'run_summary' AND run_id = ?", (run_id,))
         keys = {key for (key,) in rows}

@@ -1,8 +1,9 @@
 """millpond's Spark functions (jvm/) against what they replace, computed another way, line by line.
 
 Bronze parses each json line with `millpond_parse_json_line` (from_json's parser fed the line's bytes) and finds the
-fields its schema does not name with `millpond_unknown_json_keys` (one scan of the bytes). Here the first must give
-exactly from_json's row for every kind of line, and the second exactly the keys Python's json module reads.
+fields its schema does not name with `millpond_unknown_json_keys` (one scan of the bytes), whose values
+`millpond_json_fields` keeps. Here the first must give exactly from_json's row for every kind of line, and the others
+exactly the keys and values Python's json module reads.
 """
 
 from __future__ import annotations
@@ -122,6 +123,38 @@ def test_unknown_keys_of_what_is_not_one_json_object(spark):
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
     found = frame.select(F.call_function("millpond_unknown_json_keys", F.col("text"), F.array(F.lit("x"))).alias("k"))
     assert [r.k for r in found.collect()] == [None, None, None, ["a"], None, None, None, None]
+
+
+def test_rescued_fields_are_the_values_python_reads_for_the_new_keys(spark):
+    """`millpond_json_fields` (bronze's `_rescued_data`) with the key scan's new keys: the fields Python reads,
+    a repeated key's last value at its first place, as JSON readers keep them."""
+    from pyspark.sql import functions as F
+
+    lines = key_cases(seed=11, count=400) + ['{"x": 1, "q": 1, "y": 2, "q": [2]}']
+    frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
+    names = F.array(*[F.lit(name) for name in KNOWN])
+    new_keys = F.call_function("millpond_unknown_json_keys", F.col("text"), names)
+    found = frame.select("text", F.call_function("millpond_json_fields", F.col("text"), new_keys).alias("fields"))
+    for row in found.collect():
+        expected = {key: value for key, value in json.loads(row.text).items() if key not in KNOWN}
+        got = list(json.loads(row.fields).items()) if row.fields else []
+        written_keys = len(json.loads(row.fields, object_pairs_hook=lambda pairs: pairs)) if row.fields else 0
+        assert (got, written_keys) == (list(expected.items()), len(expected)), row.text  # each key written once
+    assert found.where(F.col("fields").isNotNull()).count() > 300  # most lines had a new key: the check can fail
+
+
+def test_rescued_fields_keep_each_value_as_written_and_stay_valid_json(spark):
+    """Numbers keep their text (no float rounding, no `1e3` -> `1000.0`); NaN, which JSON has no number for, becomes a
+    string; what is not one JSON object, or names none of the fields, gives null."""
+    from pyspark.sql import functions as F
+
+    lines = ['{"a": 1.50, "b": 1e3, "c": 123456789012345678901234567890, "d": {"e" : [1, "x", null, true]}}',
+             '{"a": NaN}', "[1]", "not json", '{"z": 1}', None]  # fmt: skip
+    frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
+    wanted = F.array(*[F.lit(name) for name in "abcd"])
+    found = [r.f for r in frame.select(F.call_function("millpond_json_fields", "text", wanted).alias("f")).collect()]
+    assert found == ['{"a":1.50,"b":1e3,"c":123456789012345678901234567890,"d":{"e":[1,"x",null,true]}}',
+                     '{"a":"NaN"}', None, None, None, None]  # fmt: skip
 
 
 @pytest.mark.unit

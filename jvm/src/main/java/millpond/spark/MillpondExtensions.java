@@ -23,6 +23,7 @@ import scala.runtime.BoxedUnit;
 public final class MillpondExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   public static final String UNKNOWN_JSON_KEYS = "millpond_unknown_json_keys";
   public static final String PARSE_JSON_LINE = "millpond_parse_json_line";
+  public static final String JSON_FIELDS = "millpond_json_fields";
 
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
@@ -36,6 +37,11 @@ public final class MillpondExtensions extends AbstractFunction1<SparkSessionExte
         "", "", "", "", "", "");
     Function1<Seq<Expression>, Expression> buildParse = MillpondExtensions::parseJsonLine;
     extensions.injectFunction(new Tuple3<>(new FunctionIdentifier(PARSE_JSON_LINE), parseInfo, buildParse));
+    ExpressionInfo fieldsInfo = new ExpressionInfo(JsonLineFields.class.getName(), null, JSON_FIELDS,
+        "_FUNC_(line, names) - the JSON object line's top-level fields in names, as a JSON object, or null if none",
+        "", "", "", "", "", "", "");
+    Function1<Seq<Expression>, Expression> buildFields = MillpondExtensions::jsonFields;
+    extensions.injectFunction(new Tuple3<>(new FunctionIdentifier(JSON_FIELDS), fieldsInfo, buildFields));
     return BoxedUnit.UNIT;
   }
 
@@ -45,6 +51,14 @@ public final class MillpondExtensions extends AbstractFunction1<SparkSessionExte
     }
     UTF8String schemaJson = (UTF8String) arguments.apply(1).eval(null);
     return new StaticInvoke(JsonLineParser.class, JsonLineParser.schema(schemaJson), "parse", arguments,
+        StaticInvoke.$lessinit$greater$default$5(), true, true, true, Option.empty());
+  }
+
+  private static Expression jsonFields(Seq<Expression> arguments) {
+    if (arguments.size() != 2) {
+      throw new IllegalArgumentException(JSON_FIELDS + " takes 2 arguments (line, names), got " + arguments.size());
+    }
+    return new StaticInvoke(JsonLineFields.class, DataTypes.StringType, "fieldsNamed", arguments,
         StaticInvoke.$lessinit$greater$default$5(), true, true, true, Option.empty());
   }
 

@@ -1,0 +1,130 @@
+package millpond.spark;
+
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonGenerator;
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
+import com.fasterxml.jackson.core.json.JsonReadFeature;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.io.StringWriter;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * Some top-level fields of a JSON object line, as a JSON object of their own: bronze's {@code _rescued_data}, the
+ * fields its schema does not name.
+ *
+ * <p>Spark's built-ins need {@code to_json(map_filter(from_json(line, 'map<string,variant>'), ...))}, and map_filter
+ * cannot be compiled into a whole-stage-codegen stage: the projection holding it ran interpreted for every line, even
+ * though only lines with new fields evaluate it (bench/parse_cost.py).
+ */
+public final class JsonLineFields {
+  // Spark's JSON defaults (JSONOptions): single quotes and NaN/Infinity are read, nothing else lenient.
+  private static final JsonFactory JSON = JsonFactory.builder()
+      .enable(JsonReadFeature.ALLOW_SINGLE_QUOTES)
+      .enable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS)
+      .build();
+
+  private JsonLineFields() {}
+
+  /**
+   * The line's top-level fields named in {@code names}, in the line's order, each value as compact JSON with its
+   * numbers' text unchanged; a repeated key keeps its last value, as JSON readers do. Null when no field is named,
+   * or when the line is not one JSON object.
+   */
+  public static UTF8String fieldsNamed(UTF8String line, ArrayData names) {
+    Set<String> wanted = names(names);
+    Map<String, String> found = null;
+    try (JsonParser parser = JSON.createParser(new ByteArrayInputStream(line.getBytes()))) {
+      if (parser.nextToken() != JsonToken.START_OBJECT) {
+        return null;
+      }
+      while (parser.nextToken() == JsonToken.FIELD_NAME) {
+        String name = parser.currentName();
+        parser.nextToken();
+        if (wanted.contains(name)) {
+          if (found == null) {
+            found = new LinkedHashMap<>();
+          }
+          found.put(name, compact(parser));
+        } else {
+          parser.skipChildren();
+        }
+      }
+      if (found == null || parser.currentToken() != JsonToken.END_OBJECT) {
+        return null;
+      }
+      StringWriter out = new StringWriter();
+      try (JsonGenerator generator = JSON.createGenerator(out)) {
+        generator.writeStartObject();
+        for (Map.Entry<String, String> field : found.entrySet()) {
+          generator.writeFieldName(field.getKey());
+          generator.writeRawValue(field.getValue());
+        }
+        generator.writeEndObject();
+      }
+      return UTF8String.fromString(out.toString());
+    } catch (IOException malformed) {
+      return null;  // the parse reports a malformed line; this only copies fields of good ones
+    }
+  }
+
+  /** The value at the parser's current token as compact JSON; the parser is left on its last token. */
+  private static String compact(JsonParser parser) throws IOException {
+    StringWriter out = new StringWriter();
+    try (JsonGenerator generator = JSON.createGenerator(out)) {
+      copy(parser, generator);
+    }
+    return out.toString();
+  }
+
+  private static void copy(JsonParser parser, JsonGenerator generator) throws IOException {
+    JsonToken token = parser.currentToken();
+    switch (token) {
+      case START_OBJECT -> {
+        generator.writeStartObject();
+        while (parser.nextToken() == JsonToken.FIELD_NAME) {
+          generator.writeFieldName(parser.currentName());
+          parser.nextToken();
+          copy(parser, generator);
+        }
+        generator.writeEndObject();
+      }
+      case START_ARRAY -> {
+        generator.writeStartArray();
+        while (parser.nextToken() != JsonToken.END_ARRAY) {
+          copy(parser, generator);
+        }
+        generator.writeEndArray();
+      }
+      case VALUE_STRING -> generator.writeString(parser.getText());
+      // NaN and Infinity are no JSON numbers: kept as strings, so the column stays valid JSON.
+      case VALUE_NUMBER_INT, VALUE_NUMBER_FLOAT -> {
+        if (parser.isNaN()) {
+          generator.writeString(parser.getText());
+        } else {
+          generator.writeNumber(parser.getText());
+        }
+      }
+      case VALUE_TRUE, VALUE_FALSE -> generator.writeBoolean(token == JsonToken.VALUE_TRUE);
+      case VALUE_NULL -> generator.writeNull();
+      default -> throw new IOException("unexpected " + token);
+    }
+  }
+
+  /** Built for every call: {@code names} is usually a column of the row (bronze's new fields), not a literal. */
+  private static Set<String> names(ArrayData names) {
+    Set<String> set = new HashSet<>();
+    for (int k = 0; k < names.numElements(); k++) {
+      if (!names.isNullAt(k)) {
+        set.add(names.getUTF8String(k).toString());
+      }
+    }
+    return set;
+  }
+}
