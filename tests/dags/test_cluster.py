@@ -17,6 +17,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from millpond import driver_jit
 from millpond.generate import activity_files
 from tests.dags.airflow_run import BIN, airflow_env, dags_test, migrate, spark_processes, stop_group, wait_for
 from tests.lake_tables import assert_matches_reference
@@ -63,7 +64,7 @@ def cluster(tmp_path_factory):
             env=env, stdout=open(root / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
         assert wait_for(lambda: master_state(webui).get("aliveworkers", 0) >= 1 or started[1].poll() is not None,
                         timeout=120) and started[1].poll() is None, (root / "worker.log").read_text()[-2000:]
-        yield f"spark://127.0.0.1:{port}", webui
+        yield f"spark://127.0.0.1:{port}", webui, root / "work"
     finally:
         for proc in reversed(started):
             stop_group(proc)
@@ -71,7 +72,7 @@ def cluster(tmp_path_factory):
 
 
 def test_the_dag_on_a_standalone_cluster_gives_the_reference_tables(cluster, tmp_path, spark, monkeypatch):
-    master, webui = cluster
+    master, webui, work = cluster
     lake = tmp_path / "lake"
     monkeypatch.setenv("MILLPOND_LAKE", str(lake))
     activity_files(lake / "landing" / "activity", 2, 300, duplicates=0.05, malformed=0.01, seed=1)
@@ -84,4 +85,7 @@ def test_the_dag_on_a_standalone_cluster_gives_the_reference_tables(cluster, tmp
     apps = [app for app in master_state(webui).get("completedapps", []) if app["name"].startswith("millpond:activity")]
     assert len(apps) == 2, apps  # ingest and gold ran as applications on the cluster
     assert all(app["state"] == "FINISHED" for app in apps)
+    # Each executor's log opens with the command the worker started it with: methods of any size are compiled.
+    launched = [log.read_text().split("\n=====", 1)[0] for app in apps for log in (work / app["id"]).glob("*/stderr")]
+    assert len(launched) >= 2 and all(driver_jit.HUGE_METHODS_OPTIONS in command for command in launched), launched
     assert spark_processes(lake) == []

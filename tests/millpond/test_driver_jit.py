@@ -85,17 +85,3 @@ def test_millpond_run_starts_a_c1_only_driver_for_an_increment_and_the_default_j
     assert ("millpond: driver JIT full (tiered C1 + C2, methods of any size): a full refresh rereads every landed "
             "file") in full.stdout
 
-
-def test_a_cluster_s_executors_start_compiling_methods_of_any_size(monkeypatch):
-    """On a cluster the tasks run in executors, not the driver: Airflow's spark-submit command starts them with the
-    option too (whole-stage codegen's methods pass HotSpot's 8,000-byte limit)."""
-    from airflow.dag_processing.dagbag import DagBag
-
-    from millpond import airflow_dags
-
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077}')
-    task = DagBag(dag_folder=str(paths.REPO_ROOT / "dags")).dags["activity"].get_task("ingest")
-    task.jars = ",".join(paths.spark_jars())
-    task.conf = {**airflow_dags.spark_conf(), **(task.conf or {})}
-    command = task.build_hook()._build_spark_submit_command(task.application)
-    assert f"spark.executor.extraJavaOptions={driver_jit.HUGE_METHODS_OPTIONS}" in command

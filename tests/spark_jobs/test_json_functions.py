@@ -143,7 +143,7 @@ def test_rescued_fields_are_the_values_python_reads_for_the_new_keys(spark):
     assert found.where(F.col("fields").isNotNull()).count() > 300  # most lines had a new key: the check can fail
 
 
-def test_rescued_fields_keep_each_value_as_written_and_stay_valid_json(spark):
+def test_rescued_fields_keep_their_numbers_text_and_stay_valid_json(spark):
     """Numbers keep their text (no float rounding, no `1e3` -> `1000.0`); NaN, which JSON has no number for, becomes a
     string; what is not one JSON object, or names none of the fields, gives null."""
     from pyspark.sql import functions as F

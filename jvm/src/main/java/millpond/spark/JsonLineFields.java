@@ -20,8 +20,8 @@ import org.apache.spark.unsafe.types.UTF8String;
  * fields its schema does not name.
  *
  * <p>Spark's built-ins need {@code to_json(map_filter(from_json(line, 'map<string,variant>'), ...))}, and map_filter
- * cannot be compiled into a whole-stage-codegen stage: the projection holding it ran interpreted for every line, even
- * though only lines with new fields evaluate it (bench/parse_cost.py).
+ * cannot be compiled into a whole-stage-codegen stage: the projection holding it ran outside the stage for every
+ * line, each row copied across, even though only lines with new fields evaluate it (bench/parse_cost.py).
  */
 public final class JsonLineFields {
   // Spark's JSON defaults (JSONOptions): single quotes and NaN/Infinity are read, nothing else lenient.
