@@ -163,7 +163,7 @@ WARM_UP_RUNS = 3
 def b3_ingest_vs_plain_spark(bench: Bench) -> dict:
     files = bench.files[: bench.scale.b3_files]
     ours, plain = [], []
-    for rep in range(bench.scale.repeats):
+    for rep in range(bench.scale.b3_repeats):
         lake = bench.fresh_lake("ingest", files)
         ours.append(run_millpond(lake, "--tables", "bronze.activity", "--run-id", f"bench-ingest-{rep}"))
         target = bench.lake("plain-spark-table")
