@@ -95,7 +95,8 @@ def main() -> int:
 
     files = data.pool(args.scale)[: data.SCALES[args.scale].b3_files]
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
-    with tempfile.TemporaryDirectory(prefix="millpond-sink-cost-") as lake:
+    data.CACHE.mkdir(parents=True, exist_ok=True)  # beside the pool: landing hard-links its files
+    with tempfile.TemporaryDirectory(prefix="sink-cost-", dir=data.CACHE) as lake:
         data.land(Path(lake), files)
         for _ in range(args.repeats):
             for side in SIDES:
