@@ -84,4 +84,3 @@ def test_millpond_run_starts_a_c1_only_driver_for_an_increment_and_the_default_j
     assert full.returncode == 0, full.stderr[-3000:]
     assert ("millpond: driver JIT full (tiered C1 + C2, methods of any size): a full refresh rereads every landed "
             "file") in full.stdout
-
