@@ -62,46 +62,6 @@ def _commit_versions(log: Path) -> list[int]:
     return [int(p.name[:20]) for p in log.glob("*.json") if len(p.name) == 25 and p.name[:20].isdigit()]
 
 
-def txn_marker(app_id: str, batch_id: int) -> str:
-    """A commit's `userMetadata` naming the streaming batch it holds (read back by `committed_batch`)."""
-    return json.dumps({"txnAppId": app_id, "txnVersion": batch_id})
-
-
-def committed_batch(path: Path, app_id: str) -> int | None:
-    """The newest batch id `app_id` committed to the table, or None if no commit in the log names that app.
-
-    Why not Delta's own `txnAppId`/`txnVersion` check: delta-spark 4.4 rebuilds the table's whole state (three
-    Spark jobs, about a second) to read it on every append. Commits are read newest first and the walk stops at
-    the app's newest one; under the pipeline lock the app is the table's only millpond writer, so that is almost
-    always the newest commit. A commit names its app in millpond's `userMetadata` marker (`txn_marker`) or in
-    Delta's `txn` action (a write made with the options: complete mode, MERGE, older lakes).
-    """
-    log = Path(path) / "_delta_log"
-    for version in sorted(_commit_versions(log), reverse=True):
-        try:
-            lines = (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:  # removed by log cleanup while we walked: older commits are gone too
-            return None
-        for line in lines:
-            if '"txn"' not in line and '"commitInfo"' not in line:  # add/remove lines: skip the parse
-                continue
-            action = json.loads(line)
-            if action.get("txn", {}).get("appId") == app_id:
-                return int(action["txn"]["version"])
-            named = _json_or_empty((action.get("commitInfo") or {}).get("userMetadata") or "")
-            if named.get("txnAppId") == app_id:
-                return int(named["txnVersion"])
-    return None
-
-
-def _json_or_empty(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except ValueError:  # no userMetadata, or someone else's that is not JSON
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> int:
     """Rows committed in versions (after, upto], from each commit's `operationMetrics.numOutputRows`.
 

@@ -3,14 +3,15 @@
 A complete-mode table is rewritten whole every batch. delta-spark answers an overwrite by rebuilding the table's
 state in Spark jobs to list the files it removes: 1.2 to 1.7 s per write for the 12-row gold.device_counts on a
 quiet machine. delta-rs reads the same log in Rust: 0.06 s against delta-spark's 2.45 s per overwrite of the
-651-row gold.activity_hourly, alternating in one JVM (by hand; README "Benchmarks", run 13). The commit is an
-ordinary Delta commit: Spark reads it, DESCRIBE HISTORY shows it, and it names its app and batch twice, in Delta's
-`txn` action and in millpond's `userMetadata` marker.
+651-row gold.activity_hourly, alternating in one JVM (by hand; docs "Benchmarks"). The commit is an ordinary Delta
+commit with Delta's `txn` action for the app and batch: Spark reads it, DESCRIBE HISTORY shows it, and delta-spark
+skips that batch id on a replay.
 
 Only a table that delta-rs writes exactly as Spark would takes this path: one that exists, with no table features
-beyond writer version 2, no partitions, not append-only, the batch's schema (names and types), and at most
-SMALL_ROWS rows now (from its files' statistics: a complete result is the last one plus new groups). Anything
-else, and the first write, which creates the table, goes through Spark.
+beyond writer version 2, no partitions, only the properties in system_tables.EXACT_PROPERTIES, not append-only, and
+the batch's schema (names and types); and only a batch of at most SMALL_ROWS rows, counted before it is collected
+(BatchWriter.write_small_overwrite). Anything else, and the first write, which creates the table, goes through Spark.
+MILLPOND_DELTA_RS_COMMITS=off sends every overwrite through Spark.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from millpond.delta_log import txn_marker
 from millpond.system_tables import CHECKPOINT_INTERVAL, driver_writable, open_table
 
-SMALL_ROWS = 100_000  # collected to the driver as Arrow: a few MB for an aggregate of this size
+SMALL_ROWS = 100_000  # the most rows of a batch collected to the driver as Arrow: a few MB for an aggregate
 
 
 def table_to_overwrite(path: Path, spark_schema: dict[str, Any]):
@@ -34,10 +34,7 @@ def table_to_overwrite(path: Path, spark_schema: dict[str, Any]):
         return None
     if _shape(json.loads(table.schema().to_json())) != _shape(spark_schema):
         return None
-    counts = table.get_add_actions(flatten=True).column("num_records").to_pylist()
-    if None in counts:  # a file written without statistics: its size is unknown, so Spark writes
-        return None
-    return table if sum(counts) <= SMALL_ROWS else None
+    return table
 
 
 def _shape(schema: dict[str, Any]) -> Any:
@@ -51,7 +48,8 @@ def _shape(schema: dict[str, Any]) -> Any:
 
 
 def committed_batch(table, app_id: str) -> int | None:
-    """The newest batch id the app committed to the table (Delta's `txn` actions in the loaded snapshot)."""
+    """The newest batch id the app committed to the table: Delta's transaction state in the loaded snapshot, which
+    checkpoints keep, so log cleanup never loses it."""
     return table.transaction_version(app_id)
 
 
@@ -62,8 +60,7 @@ def overwrite(table, data, app_id: str, batch_id: int) -> None:
 
     rows = pa.table(data).cast(pa.schema(table.schema().to_arrow()))  # e.g. Spark's large_string -> string
     write_deltalake(table, rows, mode="overwrite", commit_properties=CommitProperties(
-        app_transactions=[Transaction(app_id, batch_id)],
-        custom_metadata={"userMetadata": txn_marker(app_id, batch_id)}),
+        app_transactions=[Transaction(app_id, batch_id)]),
         post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))  # delta-rs's interval is 100
     interval = int(table.metadata().configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
     if table.version() % interval == 0:

@@ -11,38 +11,35 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from millpond.delta_log import txn_marker
-
 CHECKPOINT_INTERVAL = 10  # Spark's default: a reader replays at most this many JSON commits after a checkpoint
+# The table properties under which a delta-rs commit is exactly what delta-spark would commit: the checkpoint
+# interval (millpond checkpoints at it itself), retention periods (they steer cleanup and VACUUM, not commits), and
+# append-only (honoured: delta-rs only appends, and small_overwrite refuses such a table). A table with any other
+# `delta.*` property (a symlink manifest to regenerate, auto-optimize, change data feed, ...) is written by Spark.
+EXACT_PROPERTIES = frozenset({"delta.checkpointInterval", "delta.logRetentionDuration",
+                              "delta.deletedFileRetentionDuration", "delta.appendOnly"})  # fmt: skip
 
 
 def append(path: Path, columns: Sequence[tuple[str, str]], rows: list[dict[str, Any]], app_id: str | None = None,
-           batch_id: int | None = None) -> int:  # fmt: skip
+           batch_id: int | None = None, table=None) -> int:  # fmt: skip
     """One commit of `rows` (dicts keyed by column); columns are (name, Spark SQL type). Returns the new version.
 
-    With `app_id` and `batch_id` the commit names them as Spark's writes do (Delta's `txn` action and millpond's
-    `userMetadata` marker), so `delta_log.committed_batch` finds it and a replayed batch skips it.
+    With `app_id` and `batch_id` the commit carries Delta's `txn` action for them, as Spark's streaming writes do.
+    `table`, an open delta-rs handle, commits on the snapshot the caller checked. The commit is a blind append (it
+    read nothing of the table), as Spark marks one, so concurrent appends never conflict.
     """
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-    named = None
-    if app_id is not None and batch_id is not None:
-        named = CommitProperties(app_transactions=[Transaction(app_id, batch_id)],
-                                 custom_metadata={"userMetadata": txn_marker(app_id, batch_id)})  # fmt: skip
-    write_deltalake(str(path), pa.Table.from_pylist(rows, schema=arrow_schema(columns)), mode="append",
-                    schema_mode="merge", commit_properties=named)  # merge: a column added in a later millpond version
+    transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else None
+    write_deltalake(table if table is not None else str(path), pa.Table.from_pylist(rows, schema=arrow_schema(columns)),
+                    mode="append", schema_mode="merge",  # merge: a column added in a later millpond version
+                    commit_properties=CommitProperties(app_transactions=transactions,
+                                                       custom_metadata={"isBlindAppend": True}))  # fmt: skip
     table = DeltaTable(str(path))
     if table.version() % CHECKPOINT_INTERVAL == 0:
         table.create_checkpoint()
     return table.version()
-
-
-def takes_driver_commit(path: Path) -> bool:
-    """Whether delta-rs commits to this table as Spark would: it does not exist yet (delta-rs creates it at reader
-    version 1, writer version 2, like Spark), or `driver_writable`."""
-    table = open_table(path)
-    return table is None or driver_writable(table)
 
 
 def open_table(path: Path):
@@ -59,10 +56,12 @@ def open_table(path: Path):
 
 
 def driver_writable(table) -> bool:
-    """No table features beyond reader version 1 and writer version 2, and no partitions: delta-rs writes it as
-    Spark would."""
+    """No table features beyond reader version 1 and writer version 2, no partitions, and only EXACT_PROPERTIES:
+    delta-rs writes it as Spark would."""
     protocol = table.protocol()
-    return protocol.min_reader_version <= 1 and protocol.min_writer_version <= 2 and not table.metadata().partition_columns
+    metadata = table.metadata()
+    return (protocol.min_reader_version <= 1 and protocol.min_writer_version <= 2 and not metadata.partition_columns
+            and all(key in EXACT_PROPERTIES for key in metadata.configuration))  # fmt: skip
 
 
 def arrow_schema(columns: Sequence[tuple[str, str]]):

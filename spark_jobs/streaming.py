@@ -1,11 +1,12 @@
 """The one streaming contract every table goes through.
 
 Each table is a named query with its own checkpoint, the spec's trigger, awaitTermination and a raised error
-naming the table. Every micro-batch reaches Delta through `foreachBatch` as an idempotent write: each commit
-names its (app id, batch id), and a batch replayed after a crash (offsets logged, commit not yet) that the table
-already holds is skipped instead of written twice (`BatchWriter.write`: millpond's own check of the newest commits
-for appends, Delta's `txnAppId`/`txnVersion` otherwise).
-The app id is the checkpoint's query id: a new checkpoint never inherits an old one's transaction history.
+naming the table. Every micro-batch reaches Delta through `foreachBatch` as Delta's own idempotent write: each
+commit of a table or its quarantine (append, overwrite, MERGE, first write or later) carries Delta's `txn` action
+(`txnAppId` = the checkpoint's query id, `txnVersion` = the batch id), and Delta skips a batch replayed after a crash
+(offsets logged, commit not yet) whose id the app already committed. A delta-rs commit (MILLPOND_DELTA_RS_COMMITS)
+carries the same action. The app id is the checkpoint's query id: a new checkpoint never inherits an old one's
+transaction history.
 A file-sink table (`sink: {format: parquet|json|csv}`) is the exception: Spark's own file sink writes it,
 exactly once through the sink's `_spark_metadata` log, which skips a batch id it already committed.
 A Kafka-sink table (`sink: {format: kafka}`) sends each batch to a topic from `foreachBatch`: at least once, since a
@@ -28,10 +29,11 @@ from pyspark.sql.types import BinaryType
 from pyspark.sql.utils import CapturedException
 
 from millpond import checkpoints, file_sink_log, paths, small_overwrite, system_tables
-from millpond.delta_log import committed_batch, rows_added, txn_marker
 from millpond.delta_log import latest_version as delta_version
+from millpond.delta_log import rows_added
 from millpond.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table, resolve_setting
+from millpond.speedups import DELTA_RS_COMMITS
 from spark_jobs import sources
 from spark_jobs.plan import plan_table
 from spark_jobs.progress import ProgressListener, watermark_of
@@ -129,36 +131,47 @@ class BatchWriter:
             batch.write.format("noop").mode("overwrite").save()
 
     def write(self, df: DataFrame, path: str, mode: str, batch_id: int) -> bool:
-        """Write the batch unless the table already holds it (a replay after a crash); False if it was skipped.
+        """Write the batch with Delta's idempotent write; False if Delta skipped it (a replay after a crash).
 
-        An append checks the table's newest commits itself (`delta_log.committed_batch`), without Delta's
-        txnAppId/txnVersion check, which rebuilds the table's whole state first (about a second per write). It
-        falls back to Delta's check when no commit in the log names this app (a new table, a log cleaned up). A
-        small overwrite (complete mode) is committed by delta-rs from the driver (millpond.small_overwrite), which
-        reads the app's batch from the same snapshot; a larger one lists the table's files through Spark anyway,
-        so Delta's check costs it nothing more. A skipped write ran no plan; an empty append that ran one may
-        still commit no version (Delta skips empty blind appends).
+        Every commit carries Delta's `txn` action (app id = the checkpoint's query id, version = the batch id), and
+        Delta itself skips a batch whose id the app already committed to the table: its transaction state lives in
+        every checkpoint, so log cleanup never forgets it. With `txn` set Delta records even an empty append, so a
+        version that did not advance means Delta skipped the write and ran no plan. A small complete-mode overwrite
+        may be committed by delta-rs (`write_small_overwrite`) with the same `txn` action.
         """
-        if mode == "overwrite" and (table := small_overwrite.table_to_overwrite(Path(path), df.schema.jsonValue())):
-            committed = small_overwrite.committed_batch(table, self.app_id)
-            if committed is not None and committed >= batch_id:
-                return False
+        if mode == "overwrite" and (written := self.write_small_overwrite(df, path, batch_id)) is not None:
+            return written
+        before = delta_version(Path(path))
+        (df.write.format("delta").mode(mode)
+         .option("mergeSchema", str(self.merge_schema and path == self.path).lower())
+         .option("txnAppId", self.app_id).option("txnVersion", batch_id)
+         .save(path))  # fmt: skip
+        return delta_version(Path(path)) > before
+
+    def write_small_overwrite(self, df: DataFrame, path: str, batch_id: int) -> bool | None:
+        """A complete-mode result committed by delta-rs from the driver (millpond.small_overwrite), or None when
+        Spark must write it: the speed-up is off (MILLPOND_DELTA_RS_COMMITS), the table is one delta-rs would not
+        write exactly as Spark does, or the batch has more than SMALL_ROWS rows. The batch is counted from a cache
+        before anything reaches the driver, and Spark then writes a large one from the same cache."""
+        if not DELTA_RS_COMMITS.enabled():
+            return None
+        table = small_overwrite.table_to_overwrite(Path(path), df.schema.jsonValue())
+        if table is None:
+            return None
+        committed = small_overwrite.committed_batch(table, self.app_id)  # Delta's txn state for the app
+        if committed is not None and committed >= batch_id:
+            return False  # Delta's rule: a batch id at or below the app's committed version is skipped
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if df.count() > small_overwrite.SMALL_ROWS:
+                before = delta_version(Path(path))
+                (df.write.format("delta").mode("overwrite").option("txnAppId", self.app_id)
+                 .option("txnVersion", batch_id).save(path))  # fmt: skip
+                return delta_version(Path(path)) > before
             small_overwrite.overwrite(table, df.toArrow(), self.app_id, batch_id)
             return True
-        writer = (
-            df.write.format("delta").mode(mode)
-            .option("mergeSchema", str(self.merge_schema and path == self.path).lower())
-            .option("userMetadata", txn_marker(self.app_id, batch_id))
-        )  # fmt: skip
-        committed = committed_batch(Path(path), self.app_id) if mode == "append" else None
-        if committed is None:  # Delta checks: it commits a version (the txn action) unless it skips the batch
-            before = delta_version(Path(path))
-            writer.option("txnAppId", self.app_id).option("txnVersion", batch_id).save(path)
-            return delta_version(Path(path)) > before
-        if committed >= batch_id:
-            return False
-        writer.save(path)
-        return True
+        finally:
+            df.unpersist()
 
     def write_merged(self, batch: DataFrame, batch_id: int) -> None:
         """Update mode: MERGE the batch's changed aggregate rows into the table on its keys.
@@ -311,19 +324,22 @@ class BatchWriter:
 
     def write_carried_bad_lines(self, lines: list, batch_id: int, quarantined_at: datetime) -> bool:
         """Append the batch's carried bad lines to the quarantine by delta-rs from the driver, where they already
-        are; False if the table takes no delta-rs commit (then Spark writes them). A cold Spark Delta write of the
-        few rows cost 2.6 to 3.6 s of B3's 200-file batch. The commit names the app and batch like Spark's
-        (`txn_marker`), so a replay after a crash skips it the same way."""
+        are; False if Spark must write them: the speed-up is off (MILLPOND_DELTA_RS_COMMITS), or the quarantine does
+        not exist yet (Spark creates it, with the session's default table properties) or is one delta-rs would not
+        write exactly as Spark does. A cold Spark Delta write of the few rows cost 2.6 to 3.6 s of B3's 200-file
+        batch. The commit carries Delta's `txn` action for the app and batch, as Spark's does, and a batch id the
+        app already committed is skipped by Delta's rule, read from the table's transaction state."""
         path = Path(self.quarantine)
-        if not system_tables.takes_driver_commit(path):
+        table = system_tables.open_table(path) if DELTA_RS_COMMITS.enabled() else None
+        if table is None or not system_tables.driver_writable(table):
             return False
-        committed = committed_batch(path, self.app_id)
+        committed = table.transaction_version(self.app_id)
         if committed is not None and committed >= batch_id:
             return True
         rows = [{"raw": line[sources.RAW], "source_file": line[sources.SOURCE_FILE], "reason": line[sources.ERROR],
                  "rule": "parse", "run_id": self.run.run_id, "quarantined_at": quarantined_at} for line in lines]  # fmt: skip
         inject_fault(self.table.id, "between_writes", batch_id)
-        system_tables.append(path, LANDING_QUARANTINE_COLUMNS, rows, self.app_id, batch_id)
+        system_tables.append(path, LANDING_QUARANTINE_COLUMNS, rows, self.app_id, batch_id, table)
         return True
 
     def reread_bad_lines(self, metrics: dict, bad_rows: int, batch_id: int) -> DataFrame:

@@ -56,3 +56,21 @@ def assert_matches_reference(spark, reference) -> None:
         assert actual[key]["recordings"] == expected["recordings"], key
         for column in ("avg_x", "avg_y", "avg_z"):
             assert abs(actual[key][column] - expected[column]) < 1e-9, (key, column)
+
+
+def data_commits_without_txn(lake: Path) -> list[str]:
+    """Every commit file under the lake's tables (quarantines included) that adds or removes data without Delta's
+    `txn` action: what would let a replayed batch be written twice. Maintenance commits (OPTIMIZE, properties)
+    change no data and need none."""
+    import json
+
+    missing = []
+    for log in sorted(Path(lake).glob("*/*/_delta_log")):
+        if log.parts[-3] in ("_system", "landing"):
+            continue
+        for commit in sorted(log.glob("[0-9]" * 20 + ".json")):
+            actions = [json.loads(line) for line in commit.read_text(encoding="utf-8").splitlines() if line.strip()]
+            changes = [a.get("add") or a.get("remove") for a in actions if "add" in a or "remove" in a]
+            if any(change.get("dataChange", True) for change in changes) and not any("txn" in a for a in actions):
+                missing.append(str(commit.relative_to(lake)))
+    return missing

@@ -22,7 +22,7 @@ import pytest
 from millpond import paths
 from millpond.delta_log import latest_version
 from millpond.generate import activity_files
-from tests.lake_tables import assert_matches_reference
+from tests.lake_tables import assert_matches_reference, data_commits_without_txn
 from tests.reference import activity_reference
 from tests.stress import assert_nothing_left, start_run
 
@@ -63,10 +63,14 @@ def test_killed_runs_then_rerun_equal_the_reference(spark, lake):
 
     run_to_the_end(lake)
     assert_matches_reference(spark, activity_reference(landing))
+    run_to_the_end(lake)  # nothing new: a no-op run
+    assert_matches_reference(spark, activity_reference(landing))
+    assert data_commits_without_txn(lake) == []  # every data commit of every table carries Delta's `txn`
 
 
 def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spark, lake):
-    """millpond's own replay check walks back past commits it did not make (an OPTIMIZE, a property change).
+    """Delta's own replay check (the `txn` action every write carries) holds past commits millpond did not make (an
+    OPTIMIZE, a property change).
 
     Bronze and silver are killed after their Delta commit; before the rerun someone compacts bronze and tags
     silver. A write that missed the replay would duplicate bronze rows or silver keys.
@@ -88,8 +92,9 @@ def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spa
 
 
 def test_a_replayed_gold_overwrite_by_delta_rs_is_skipped(spark, lake):
-    """Once a gold table exists, its complete-mode result is committed by delta-rs (millpond.small_overwrite). A run
-    killed right after that commit replays the batch; the replay finds the batch in the table and writes nothing."""
+    """Once a gold table exists, its complete-mode result is committed by delta-rs (millpond.small_overwrite) with the
+    batch's Delta `txn` action. A run killed right after that commit replays the batch; Delta's transaction state
+    has the batch, and the replay writes nothing."""
     landing = lake / "landing" / "activity"
     gold = paths.table_path("gold.device_counts")
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=7)
@@ -98,7 +103,8 @@ def test_a_replayed_gold_overwrite_by_delta_rs_is_skipped(spark, lake):
     run_killed_at(lake, "gold.device_counts:after_write")
     newest = spark.sql(f"DESCRIBE HISTORY delta.`{gold}`").orderBy("version", ascending=False).first()
     assert newest.engineInfo.startswith("delta-rs"), newest
-    assert json.loads(newest.userMetadata)["txnVersion"] == 1
+    newest_commit = (gold / "_delta_log" / f"{newest.version:020d}.json").read_text().splitlines()
+    assert [json.loads(line)["txn"]["version"] for line in newest_commit if '"txn"' in line] == [1]
     version = latest_version(gold)
 
     run_to_the_end(lake)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from millpond import paths
+from millpond.delta_log import latest_version
 from millpond.generate import activity_files
 from spark_jobs import runner
 from spark_jobs.sources import MAX_LINE_BYTES, RAW_KEEP_CHARS
@@ -213,11 +214,21 @@ def test_csv_field_counts_types_and_required_fields_get_reasons(spark, lake, tmp
     }
 
 
+def quarantine_commit(version: int) -> tuple[str, int, bool]:
+    """The engine of bronze.activity's quarantine commit, the batch id in its Delta `txn` action, and whether it is
+    marked a blind append (it read nothing of the table, so concurrent appends never conflict with it)."""
+    lines = (paths.quarantine_path("bronze.activity") / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+    info = next(json.loads(line)["commitInfo"] for line in lines if "commitInfo" in line)
+    engine = info.get("engineInfo") or info.get("clientVersion", "")
+    batch = next(json.loads(line)["txn"]["version"] for line in lines if '"txn"' in line)
+    return re.split("[/:]", engine)[0], batch, info.get("isBlindAppend")
+
+
 def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spark, lake, monkeypatch):
     """Up to CARRIED_BAD_LINES bad lines of at most CARRIED_RAW_BYTES ride out of the batch's one pass: the
-    quarantine holds what that read saw, and no file is read again; the driver commits them (delta-rs), naming the
-    app and batch as Spark's writes do. A batch with a longer bad line is read again, and Spark appends to the
-    same table."""
+    quarantine holds what that read saw, and no file is read again; once the quarantine exists the driver commits
+    them (delta-rs), with Delta's `txn` action for the batch as Spark's writes carry it. A batch with a longer bad
+    line is read again, and Spark appends to the same table."""
     from spark_jobs import sources, streaming
 
     folder = lake / "landing" / "activity"
@@ -242,10 +253,8 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
         bad_lines[1]: ("a.json", "field Index: expected bigint, got two", "carried"),
         "[1, 2]": ("b.json", "not a JSON object", "carried"),
     }
-    log = paths.quarantine_path("bronze.activity") / "_delta_log"
-    commit = next(json.loads(line)["commitInfo"] for line in (log / f"{0:020d}.json").read_text().splitlines()
-                  if "commitInfo" in line)  # fmt: skip
-    assert commit["clientVersion"].startswith("delta-rs") and json.loads(commit["userMetadata"])["txnVersion"] == 0
+    # The quarantine's first write creates it through Spark (with the session's default table properties).
+    assert quarantine_commit(0) == ("Apache-Spark", 0, True)
 
     long_bad = "{" + "x" * streaming.CARRIED_RAW_BYTES  # one line over the carried size: the batch is read again
     (folder / "c.json").write_text("\n".join([good(5), long_bad, "still not json"]) + "\n")
@@ -261,6 +270,13 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "many"]) == 0
     assert reread_files == [["c.json"], ["d.json"]]
     assert sorted(r.raw for r in quarantine(spark, "bronze.activity") if r.run_id == "many") == ["one", "three", "two"]
+
+    (folder / "e.json").write_text("\n".join(["four", good(7)]) + "\n")  # carried, onto an existing quarantine
+    assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "onto"]) == 0
+    assert reread_files == [["c.json"], ["d.json"]]
+    version = latest_version(paths.quarantine_path("bronze.activity"))
+    assert quarantine_commit(version) == ("delta-rs", 3, True)  # the driver's commit, with the batch's Delta `txn`
+    assert [r.raw for r in quarantine(spark, "bronze.activity") if r.run_id == "onto"] == ["four"]
     assert {type(r.quarantined_at).__name__ for r in quarantine(spark, "bronze.activity")} == {"datetime"}
 
 
