@@ -27,7 +27,7 @@ from airflow.sdk import DAG, Asset, BaseHook, BaseOperator, Param, TriggerRule
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable
 from airflow.sdk.exceptions import AirflowException
 
-from millpond import paths, run_summary
+from millpond import paths, run_summary, speedups
 from millpond.airflow_plugin import ReportLink
 from millpond.airflow_report import format_summary
 from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline
@@ -263,14 +263,15 @@ def job_env() -> dict[str, str]:
         "MILLPOND_PIPELINES": str(paths.pipelines_dir()),
         "MILLPOND_EXPECTATIONS": str(paths.expectations_dir()),
         "MILLPOND_JARS": str(paths.jars_dir()),
+        **speedups.settings_in_environment(),
     }
 
 
 def spark_conf() -> dict[str, str]:
     """The session conf every millpond application shares (the job sets it itself outside spark-submit)."""
-    from spark_jobs.session import BASE_CONF  # imports pyspark: only at task run time
+    from spark_jobs.session import base_conf  # imports pyspark: only at task run time
 
-    return {**BASE_CONF, "spark.ui.enabled": os.environ.get("MILLPOND_SPARK_UI", "false"),
+    return {**base_conf(), "spark.ui.enabled": os.environ.get("MILLPOND_SPARK_UI", "false"),
             "spark.log.level": os.environ.get("MILLPOND_SPARK_LOG_LEVEL", "WARN")}  # fmt: skip
 
 

@@ -5,7 +5,8 @@ compiler threads compete with Spark's task threads for code that runs only once.
 (`-XX:TieredStopAtLevel=1`) took 17 % off bench B2's incremental run (run 7), but made a 1.1 GB full refresh 2.1x
 slower (README "Benchmarks"). So a run whose new input is small gets C1 only; a full refresh, a big backfill, or a
 run whose input cannot be sized without a JVM (Kafka, a join, a table's first run over an existing table) keeps
-the default tiered JIT. `MILLPOND_DRIVER_JIT` = `quick` or `full` forces either.
+the default tiered JIT. `MILLPOND_DRIVER_JIT` = `quick` or `full` forces either, and `off` starts every JVM with
+HotSpot's own defaults (no option at all): the standard path the JIT choice is compared with (a JIT changes no result).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ QUICK_MAX_BYTES = 32 * 2**20
 
 @dataclass(frozen=True)
 class DriverJit:
-    mode: str  # "quick" (C1 only) or "full" (HotSpot's default tiered JIT)
+    mode: str  # "quick" (C1 only), "full" (tiered, methods of any size) or "off" (HotSpot's defaults)
     reason: str
 
     @property
@@ -43,16 +44,22 @@ class DriverJit:
 
 
 def java_options(mode: str) -> str:
-    """The driver JVM's options for a JIT mode ("quick" or "full")."""
-    return f"{QUICK_OPTIONS} {HUGE_METHODS_OPTIONS}" if mode == "quick" else HUGE_METHODS_OPTIONS
+    """The driver JVM's options for a JIT mode ("quick", "full" or "off")."""
+    return {"quick": f"{QUICK_OPTIONS} {HUGE_METHODS_OPTIONS}", "off": ""}.get(mode, HUGE_METHODS_OPTIONS)
+
+
+def executor_java_options() -> str:
+    """Executors compile methods of any size unless the JIT choice is off (they never get C1 only)."""
+    return "" if forced_mode() == "off" else HUGE_METHODS_OPTIONS
 
 
 def forced_mode() -> str:
-    """`MILLPOND_DRIVER_JIT`: auto (the default), quick or full; raises SpecError for anything else."""
+    """`MILLPOND_DRIVER_JIT`: auto (the default), quick, full or off; raises SpecError for anything else."""
     forced = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if forced not in ("auto", "quick", "full"):
+    if forced not in ("auto", "quick", "full", "off"):
         raise SpecError([f"{ENV}={os.environ[ENV]!r} is not a JIT mode. Fix: set it to auto (the default: quick "
-                         "for small runs), quick (C1 only) or full (HotSpot's default), or unset it"])  # fmt: skip
+                         "for small runs), quick (C1 only), full (tiered, methods of any size) or off (HotSpot's "
+                         "defaults, no JVM option), or unset it"])  # fmt: skip
     return forced
 
 

@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from millpond import checkpoints, driver_jit, event_log, file_sink_log, paths, warm_driver
+from millpond import checkpoints, driver_jit, event_log, file_sink_log, paths, speedups, warm_driver
 from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.run_record import RunContext, TableResult
 from millpond.spec import LAYERS, Pipeline, SpecError, environment_problems, load_pipeline
@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
         if unset:
             raise SpecError(unset)
         driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
+        speedups.check_settings()
         hand_over = spark_allowed and warm_driver.wanted()
     except SpecError as exc:
         print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
@@ -200,6 +201,8 @@ def driver_jit_for(argv: list[str]) -> driver_jit.DriverJit:
 
 def driver_jit_line(chosen: driver_jit.DriverJit, in_effect: str, huge_methods: bool) -> str:
     """What the driver JVM actually runs with (read from the JVM), and why when it is what this run chose."""
+    if chosen.mode == "off":
+        return f"millpond: driver JIT off (HotSpot's defaults): {chosen.reason}"
     name = {"quick": "quick (C1 only", "full": "full (tiered C1 + C2"}[in_effect]
     name += ", methods of any size)" if huge_methods else ", no method over 8,000 bytes)"
     why = chosen.reason if chosen.mode == in_effect else "set by the JVM's launcher, not by this run"

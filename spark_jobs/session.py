@@ -8,7 +8,7 @@ import os
 from pyspark.sql import SparkSession
 
 from millpond import paths
-from millpond.driver_jit import HUGE_METHODS_OPTIONS
+from millpond.driver_jit import executor_java_options
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
 BASE_CONF = {
@@ -29,9 +29,17 @@ BASE_CONF = {
     # to plan one json parse, about 0.2 s per plan, and more in GX's). The sites would name millpond's own
     # lines, never a user's; a failed run's error names the failing table instead.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # The driver's JVM options are chosen per run (millpond.driver_jit); executors on a cluster take this one.
-    "spark.executor.extraJavaOptions": HUGE_METHODS_OPTIONS,
+    # With MILLPOND_JSON_FUNCTIONS=off, bronze finds a json line's new fields through from_json(.., 'map<string,
+    # variant>'): a new field holding an object that repeats a key would fail that parse and be lost, where the line
+    # itself parses (a struct keeps a repeated key's last value, as JSON readers do). Variants then keep the last.
+    "spark.sql.variant.allowDuplicateKeys": "true",
 }
+
+
+def base_conf() -> dict[str, str]:
+    """BASE_CONF, plus the executors' JVM options: the driver's are chosen per run (millpond.driver_jit)."""
+    executor = executor_java_options()
+    return {**BASE_CONF, **({"spark.executor.extraJavaOptions": executor} if executor else {})}
 
 # A file-stream batch reaches Spark as its files' explicit paths (FileStreamSource.getBatch), and Spark "lists" more
 # than 32 paths with a Spark job of one task per path: about 1 s of B3's cold 200-file batch (bench run 19), where
@@ -60,7 +68,7 @@ def build_spark_session(app_name: str, shuffle_partitions: int = 2, master: str 
             builder = builder.config("spark.driver.extraJavaOptions", driver_java_options)
         for key, value in (launch_conf or {}).items():
             builder = builder.config(key, value)
-    for key, value in BASE_CONF.items():
+    for key, value in base_conf().items():
         builder = builder.config(key, value)
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     spark = builder.getOrCreate()

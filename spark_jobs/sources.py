@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -21,6 +22,7 @@ from pyspark.sql.types import StructField, StructType
 
 from millpond import paths
 from millpond.spec import FileSource, KafkaSource, Pipeline, Table, ddl_columns, resolve_setting
+from millpond.speedups import JSON_FUNCTIONS
 
 # Columns a landing read adds next to the source's schema. `_error` is null for a well-formed line.
 SOURCE_FILE, RAW, ERROR = "_source_file", "_raw", "_error"
@@ -32,6 +34,8 @@ RESCUED, NEW_FIELDS = "_rescued_data", "_new_fields"
 # the filter on the raw text runs before the parse), not the whole batch again (B3).
 LINE_BUCKET, LINE_BUCKETS = "_line_bucket", 65536
 _CORRUPT = "_corrupt_record"
+# The standard path's (MILLPOND_JSON_FUNCTIONS=off) parse of a line as map<string,variant>: its new fields' source.
+_FIELDS = "_fields"
 # The file source silently skips files whose mtime is older than maxFileAge (default 7 days) relative to the
 # newest file seen: a late file copied with its original mtime would be lost. Ten years is "never".
 _MAX_FILE_AGE = "3650d"
@@ -186,9 +190,10 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
     that reason. Fields the schema does not name end up in `_rescued_data` (JSON) and `_new_fields` (names).
     `carry` names further columns of `lines` kept as they are (a Kafka message's topic, partition, offset, ...).
     """
+    fast = JSON_FUNCTIONS.enabled()
     value = F.col("value")
     readable = (F.octet_length(value) <= MAX_LINE_BYTES) & F.is_valid_utf8(value)
-    parse_options = {**(options or {}), "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    parse_options = _parse_options(options or {})
     # `text` is null for an unreadable line, so nothing below parses 10 MB of it (Spark may evaluate a CASE
     # branch it does not take when it shares a subexpression).
     text = F.col("text")
@@ -206,9 +211,10 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
             # good/bad split) above the parse. Spark would otherwise push them below it, inlining the parse into
             # the filter once per reference (B3: the quarantine pass cost a third of the batch's parse).
             F.explode(F.array(parse_json_line(text, _nullable(schema).add(_CORRUPT, "string"), parse_options,
-                                          lines.sparkSession))).alias("j"),
+                                          lines.sparkSession, fast))).alias("j"),
+            *([] if fast else [F.from_json(text, "map<string,variant>", parse_options).alias(_FIELDS)]),
         )
-        .withColumn(NEW_FIELDS, _new_fields(schema))
+        .withColumn(NEW_FIELDS, _new_fields(schema, parse_options, fast))
     )
     malformed = F.col("j").getField(_CORRUPT).isNotNull() | F.col("j").isNull()
     missing = _missing_required(schema, F.col("j").getField)
@@ -218,7 +224,7 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
     bad = malformed | missing.isNotNull()
     unknown = F.col(NEW_FIELDS)
     has_new = unknown.isNotNull()
-    rescued = json_fields(text, unknown)
+    rescued = json_fields(text, unknown, parse_options, fast)
     return parsed.select(
         *[F.col("j").getField(f.name).alias(f.name) for f in schema.fields],
         SOURCE_FILE,
@@ -230,6 +236,16 @@ def parse_json_lines(lines: DataFrame, schema: StructType, options: dict[str, st
         F.when(~bad & has_new, unknown).alias(NEW_FIELDS),
         F.when(bad, _line_bucket(value)).alias(LINE_BUCKET),  # only bad lines' buckets are used
     )
+
+
+def _parse_options(options: Mapping[str, str]) -> dict[str, str]:
+    """A json source's options as every read of its lines uses them: PERMISSIVE, so a bad line is a corrupt record."""
+    return {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+
+
+def _json_options(source: FileSource | KafkaSource) -> dict[str, str]:
+    """The options a source's json lines are parsed with (a Kafka source's values take Spark's defaults)."""
+    return _parse_options(source.options if isinstance(source, FileSource) else {})
 
 
 def reread_bad_lines(spark: SparkSession, source: FileSource, files: list[str], buckets: list[int]) -> DataFrame:
@@ -265,30 +281,45 @@ def _line_bucket(value: Column) -> Column:
     return F.pmod(F.xxhash64(value), F.lit(LINE_BUCKETS))
 
 
-def parse_json_line(text: Column, schema: StructType, options: dict[str, str], spark: SparkSession) -> Column:
-    """from_json(text, schema, options), parsed from the line's UTF-8 bytes (jvm/ JsonLineParser, Spark's own
-    parser): from_json decodes every line through a Reader first. Same rows for valid UTF-8, the only lines bronze
-    parses (tests/spark_jobs/test_json_functions.py compares them with from_json's line by line; bench/parse_cost.py
-    times both in bronze's writer)."""
-    settings = {"timeZone": spark.conf.get("spark.sql.session.timeZone"), **options}
-    as_map = F.create_map(*[F.lit(part) for key, value in settings.items() for part in (key, value)])
-    return F.call_function("millpond_parse_json_line", text, F.lit(schema.json()), as_map)
+def parse_json_line(text: Column, schema: StructType, options: dict[str, str], spark: SparkSession,
+                    fast: bool = True) -> Column:  # fmt: skip
+    """from_json(text, schema, options); with `fast` (MILLPOND_JSON_FUNCTIONS, the default) parsed from the line's
+    UTF-8 bytes by jvm/ JsonLineParser, Spark's own parser, where from_json decodes every line through a Reader
+    first. Same rows for valid UTF-8, the only lines bronze parses (tests/spark_jobs/test_json_functions.py compares
+    the two paths on hostile lines; bench/parse_cost.py times both in bronze's writer)."""
+    if not fast:
+        return F.from_json(text, schema, options)
+    return F.call_function("millpond_parse_json_line", text, F.lit(schema.json()), _options_map(spark, options))
 
 
-def json_fields(text: Column, names: Column) -> Column:
-    """The line's top-level fields named in `names` as one JSON object (`_rescued_data`), each value compact with
-    its numbers' text kept (jvm/ JsonLineFields). Spark's `to_json(map_filter(from_json(.., 'map<string,variant>'),
-    ..))` does the same, but whole-stage codegen cannot compile map_filter, so the projection holding it ran outside
-    the stage for every line, each row copied across (bench/parse_cost.py)."""
-    return F.call_function("millpond_json_fields", text, names)
+def _options_map(spark: SparkSession | None, options: dict[str, str]) -> Column:
+    """The parse options as a map literal for millpond's functions, with the session's time zone as from_json adds it."""
+    settings = {"timeZone": spark.conf.get("spark.sql.session.timeZone"), **options} if spark else dict(options)
+    return F.create_map(*[F.lit(part) for key, value in settings.items() for part in (key, value)])
 
 
-def _new_fields(schema: StructType) -> Column:
-    """The line's top-level keys that are not schema fields, or null when there are none: one scan of its bytes
-    (jvm/ JsonLineKeys). With Spark's built-ins it took json_object_keys (a second parse), or counting `":` with
-    replace and contains, which compare bytes at every position: 22.8 % of bronze's writer in a profile (B3)."""
+def json_fields(text: Column, names: Column, options: dict[str, str], fast: bool = True) -> Column:
+    """The line's top-level fields named in `names` as one JSON object (`_rescued_data`), read with the parse's
+    options. Fast: jvm/ JsonLineFields, each value compact with its numbers' text kept. Standard:
+    `to_json(map_filter(from_json(.., 'map<string,variant>'), ..))`, which whole-stage codegen cannot compile, so its
+    projection runs outside the stage for every line (bench/parse_cost.py). Both name the same fields with the same
+    values; a number's text may differ (1.50 against 1.5), and a repeated key's last value is the one JSON readers
+    take in both."""
+    if not fast:
+        fields = F.from_json(text, "map<string,variant>", options)
+        return F.to_json(F.map_filter(fields, lambda key, _: F.array_contains(names, key)))
+    return F.call_function("millpond_json_fields", text, names, _options_map(None, options))
+
+
+def _new_fields(schema: StructType, options: dict[str, str], fast: bool = True) -> Column:
+    """The line's top-level keys that are not schema fields, as the parse reads keys, or null when there are none.
+    Fast: one tokenizing pass that skips values (jvm/ JsonLineKeys). Standard: the keys of from_json's
+    map<string,variant> (a second full parse of every line)."""
     names = F.array(*[F.lit(f.name) for f in schema.fields])
-    return F.call_function("millpond_unknown_json_keys", F.col("text"), names)
+    if not fast:
+        unknown = F.array_except(F.map_keys(F.col(_FIELDS)), names)
+        return F.when(F.size(unknown) > 0, unknown)
+    return F.call_function("millpond_unknown_json_keys", F.col("text"), names, _options_map(None, options))
 
 
 def _nullable(schema: StructType) -> StructType:
@@ -409,15 +440,19 @@ def apply_schema_drift(good: DataFrame, source: FileSource | KafkaSource, spec_p
         return good.drop(NEW_FIELDS)
     if source.schema_drift == "fail":
         raise SchemaDriftFailed(_drift_message(source, spec_path, found))
+    options = _json_options(source)
     columns = {c.lower(): c for c in [*table_columns, *good.columns]}
     # A plain name that is no column yet, or exactly a column an earlier batch added; not a case variant of one.
     added = [r.field for r in found if ADDABLE_FIELD.match(r.field) and columns.get(r.field.lower(), r.field) == r.field
              and r.field not in good.columns]  # fmt: skip
     left = F.array_except(F.col(NEW_FIELDS), F.array(*[F.lit(name) for name in added]))
+    # Read as the parse read the line (single quotes, comments, ... per the source's options); map<string,string>
+    # gives a JSON string's text unquoted and any other value as JSON.
+    as_text = F.from_json(F.col(RAW), "map<string,string>", options) if added else None
     return good.select(
         *[c for c in good.columns if c not in (RESCUED, NEW_FIELDS)],
-        F.when(F.size(left) > 0, json_fields(F.col(RAW), left)).alias(RESCUED),
-        *[F.get_json_object(RAW, f"$.{name}").alias(name) for name in added],
+        F.when(F.size(left) > 0, json_fields(F.col(RAW), left, options, JSON_FUNCTIONS.enabled())).alias(RESCUED),
+        *[as_text.getItem(name).alias(name) for name in added],
     )
 
 

@@ -86,6 +86,12 @@ def test_a_line_of_invalid_utf8_is_a_corrupt_record_not_a_failed_task(spark):
 KNOWN = ["Device", "Index", "x"]
 
 
+def DEFAULTS():  # noqa: N802 - reads as the constant it stands for: Spark's default json options, as a map column
+    from pyspark.sql import functions as F
+
+    return F.create_map().cast("map<string,string>")
+
+
 def key_cases(seed: int, count: int) -> list[str]:
     """JSON object lines as different writers emit them: spacing, escapes (ensure_ascii), nesting, key order."""
     rng = random.Random(seed)
@@ -106,7 +112,7 @@ def test_unknown_keys_are_the_top_level_keys_python_reads_minus_the_schema_s(spa
     lines = key_cases(seed=7, count=400) + ['{"dev\\u0069ce": 1, "Device": 2}', '{"x": 1, "x": 2, "q": 1, "q": 2}']
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
     names = F.array(*[F.lit(name) for name in KNOWN])
-    found = frame.select("text", F.call_function("millpond_unknown_json_keys", F.col("text"), names).alias("keys"))
+    found = frame.select("text", F.call_function("millpond_unknown_json_keys", F.col("text"), names, DEFAULTS()).alias("keys"))
     for row in found.collect():
         pairs = json.loads(row.text, object_pairs_hook=lambda items: items)
         expected = list(dict.fromkeys(key for key, _ in pairs if key not in KNOWN))
@@ -121,7 +127,7 @@ def test_unknown_keys_of_what_is_not_one_json_object(spark):
 
     lines = ['[{"a": 1}]', "not json", '"a": 1', '{"a": 1} {"b": 2}', '{"a": "unterminated', '{"a": 1', "", None]
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
-    found = frame.select(F.call_function("millpond_unknown_json_keys", F.col("text"), F.array(F.lit("x"))).alias("k"))
+    found = frame.select(F.call_function("millpond_unknown_json_keys", F.col("text"), F.array(F.lit("x")), DEFAULTS()).alias("k"))
     assert [r.k for r in found.collect()] == [None, None, None, ["a"], None, None, None, None]
 
 
@@ -133,8 +139,8 @@ def test_rescued_fields_are_the_values_python_reads_for_the_new_keys(spark):
     lines = key_cases(seed=11, count=400) + ['{"x": 1, "q": 1, "y": 2, "q": [2]}']
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
     names = F.array(*[F.lit(name) for name in KNOWN])
-    new_keys = F.call_function("millpond_unknown_json_keys", F.col("text"), names)
-    found = frame.select("text", F.call_function("millpond_json_fields", F.col("text"), new_keys).alias("fields"))
+    new_keys = F.call_function("millpond_unknown_json_keys", F.col("text"), names, DEFAULTS())
+    found = frame.select("text", F.call_function("millpond_json_fields", F.col("text"), new_keys, DEFAULTS()).alias("fields"))
     for row in found.collect():
         expected = {key: value for key, value in json.loads(row.text).items() if key not in KNOWN}
         got = list(json.loads(row.fields).items()) if row.fields else []
@@ -152,7 +158,7 @@ def test_rescued_fields_keep_their_numbers_text_and_stay_valid_json(spark):
              '{"a": NaN}', "[1]", "not json", '{"z": 1}', None]  # fmt: skip
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
     wanted = F.array(*[F.lit(name) for name in "abcd"])
-    found = [r.f for r in frame.select(F.call_function("millpond_json_fields", "text", wanted).alias("f")).collect()]
+    found = [r.f for r in frame.select(F.call_function("millpond_json_fields", "text", wanted, DEFAULTS()).alias("f")).collect()]
     assert found == ['{"a":1.50,"b":1e3,"c":123456789012345678901234567890,"d":{"e":[1,"x",null,true]}}',
                      '{"a":"NaN"}', None, None, None, None]  # fmt: skip
 
@@ -163,3 +169,98 @@ def test_a_jar_folder_without_the_functions_jar_is_refused_naming_the_fix(tmp_pa
     monkeypatch.setenv("MILLPOND_JARS", str(tmp_path))
     with pytest.raises(RuntimeError, match=r"millpond-spark.jar .* Fix: run `make jvm`"):
         paths.spark_jars()
+
+
+# Bronze's json parse with millpond's functions (MILLPOND_JSON_FUNCTIONS=on) against Spark's built-ins (off), on
+# lines written to trip a hand-made scanner. A schema with every type a spec may declare, one field NOT NULL.
+HOSTILE_SCHEMA = ("Device STRING, Index INT NOT NULL, f FLOAT, sm SMALLINT, ti TINYINT, d DOUBLE, dec DECIMAL(10,2), "
+                  "b BOOLEAN, ts TIMESTAMP, ntz TIMESTAMP_NTZ, day DATE, bin BINARY, arr ARRAY<INT>, "
+                  "st STRUCT<k: STRING>")  # fmt: skip
+HOSTILE_LINES = [
+    "{'Device':'d1','Index':1,'extra':5}",  # single-quoted keys and values
+    "{Device: 'd2', Index: 2, extra2: 'x'}",  # unquoted field names
+    '{"Device": "d3", /* "fake": 1, */ "Index": 3, # "hash": 2\n "real": 1}',  # comments
+    '{"Device": "he said \\"zz\\": 1", "Index": 4}',  # quoted text that looks like a key
+    "{'Device': 'he said \"zz\": 1, \\'yy\\': 2', 'Index': 5}",
+    '{"Device": "d\\u0031", "dev\\u0069ce2": 1, "\\u00e9t\\u00e9": "\\ud83d\\ude00", "Index": 6}',  # unicode escapes
+    '{"Device": "a", "Device": "b", "q": 1, "q": 2, "Index": 7}',  # duplicate keys, known and new
+    '{"Device": "n", "Index": 8, "nested": {"unknown": {"deep": [1, {"x": 2}]}}, "st": {"k": "v", "extra": 1}}',
+    '{"Device": "types", "Index": 9, "f": 1.5, "sm": 300, "ti": 7, "d": 2.25, "dec": 12.34, "b": true, '
+    '"ts": "2026-11-01T10:00:00Z", "ntz": "2026-11-01T10:00:00", "day": "2026-11-01", "bin": "AAEC", "arr": [1, 2], '
+    '"st": {"k": "x"}}',
+    '{"Index": 10, "sm": 70000, "ti": 300, "f": 1e40, "dec": 123456789012.5}',  # out of range for the type
+    '{"Index": 11, "ts": "2026-11-01 10:00:00.123456789", "ntz": "2026-11-01", "day": "2026-11-01T10:00:00Z"}',
+    '{"Index": 12, "ts": "11/01/2026 10:00", "day": "2026-2-30", "ntz": "not a time"}',
+    '{"Index": 13, "ts": "2026-11-01 25:61:00", "day": "01/11/2026"}',  # parsed differently per time parser policy
+    '{"Index": 14, "d": NaN, "f": "Infinity", "new": -Infinity, "big": 1e400}',
+    '{"Device": "x"}',  # Index missing: NOT NULL
+    '{"Index": 15, "new": 1.50, "n2": 1e3, "n3": 123456789012345678901234567890, "n4": [1, "x", null, true]}',
+    '{"Index": 16, "": 1, " ": 2, "a.b": 3, "a`b": 4}',  # odd names
+    '{"Index": 17, "x": 1} {"Index": 18}',  # two objects on a line
+    '{"Index": 19, "x": 1,}',  # trailing comma
+    "{'Index': 20, \"mixed\": 'quotes'}",
+    '{"Index": 21, "s\\"q": 1, "t\\\\": 2, "nl\\n": 3}',  # escaped quotes and backslashes in names
+    '{"Index": 22, "dup": {"a": 1, "a": 2}}',  # a new nested field with a duplicate key inside
+]  # fmt: skip
+OPTIONS_SETS = [{}, {"allowUnquotedFieldNames": "true"}, {"allowComments": "true"}, {"allowSingleQuotes": "false"},
+                {"timestampFormat": "MM/dd/yyyy HH:mm", "dateFormat": "dd/MM/yyyy"}]  # fmt: skip
+SESSION_SETTINGS = [{}, {"spark.sql.legacy.timeParserPolicy": "LEGACY"},
+                    {"spark.sql.legacy.timeParserPolicy": "CORRECTED"}, {"spark.sql.ansi.enabled": "false"}]  # fmt: skip
+
+
+def bronze_rows(session, options: dict[str, str], fast: bool, monkeypatch) -> list[tuple]:
+    """sources.parse_json_lines on HOSTILE_LINES, one comparable tuple per line (in line order): the typed fields as
+    JSON, the raw text, the reason, the new fields and the rescued fields as Python reads them (a number's text may
+    differ between the paths: 1.50 against 1.5)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    monkeypatch.setenv("MILLPOND_JSON_FUNCTIONS", "on" if fast else "off")
+    schema = StructType.fromDDL(HOSTILE_SCHEMA)
+    lines = session.createDataFrame([(line, f"line-{i:03d}") for i, line in enumerate(HOSTILE_LINES)],
+                                    f"value STRING, {sources.SOURCE_FILE} STRING")  # fmt: skip
+    parsed = sources.parse_json_lines(lines, schema, options)
+    fields = F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in schema.fields]))
+    rows = parsed.select(sources.SOURCE_FILE, fields.alias("fields"), sources.RAW, sources.ERROR, sources.NEW_FIELDS,
+                         sources.RESCUED).orderBy(sources.SOURCE_FILE).collect()  # fmt: skip
+    return [(r[0], r.fields, r[sources.RAW], r[sources.ERROR], r[sources.NEW_FIELDS],
+             json.loads(r[sources.RESCUED]) if r[sources.RESCUED] else None) for r in rows]  # fmt: skip
+
+
+@pytest.mark.parametrize("settings", SESSION_SETTINGS, ids=lambda s: ",".join(f"{k.split('.')[-1]}={v}" for k, v in
+                                                                             s.items()) or "session-defaults")  # fmt: skip
+@pytest.mark.parametrize("options", OPTIONS_SETS, ids=lambda o: ",".join(o) or "option-defaults")
+def test_the_json_functions_give_the_standard_path_s_rows_reasons_and_rescued_fields(spark, settings, options,
+                                                                                   monkeypatch):  # fmt: skip
+    """Same rows, same quarantine reasons, same new fields and rescued values, line by line, for every option set
+    and session setting; each setting in a session of its own in the one JVM (a parser built for one session's
+    settings must never serve another's)."""
+    session = spark.newSession()
+    for key, value in settings.items():
+        session.conf.set(key, value)
+    standard = bronze_rows(session, options, fast=False, monkeypatch=monkeypatch)
+    assert bronze_rows(session, options, fast=True, monkeypatch=monkeypatch) == standard
+    assert any(row[3] for row in standard) and any(row[5] for row in standard)  # bad lines and rescued fields both
+
+
+def test_a_single_quoted_line_s_new_field_is_rescued_on_both_paths(spark, monkeypatch):
+    for fast in (True, False):
+        rows = {r[0]: r for r in bronze_rows(spark, {}, fast, monkeypatch)}
+        device_and_index = json.loads(rows["line-000"][1])
+        assert (device_and_index["Device"], device_and_index["Index"]) == ("d1", 1), fast
+        assert (rows["line-000"][3], rows["line-000"][4], rows["line-000"][5]) == (None, ["extra"], {"extra": 5}), fast
+        assert rows["line-004"][5] is None and json.loads(rows["line-004"][1])["Device"] == "he said \"zz\": 1, 'yy': 2"
+
+
+def test_two_sessions_with_different_time_parser_policies_interleaved_in_one_jvm(spark, monkeypatch):
+    """The parser's settings come from the session running the query, even when the other session's query ran on
+    the same threads just before (the cache was once keyed on schema and options only)."""
+    legacy, corrected = spark.newSession(), spark.newSession()
+    legacy.conf.set("spark.sql.legacy.timeParserPolicy", "LEGACY")
+    corrected.conf.set("spark.sql.legacy.timeParserPolicy", "CORRECTED")
+    options = OPTIONS_SETS[-1]
+    expected = {name: bronze_rows(session, options, False, monkeypatch)
+                for name, session in (("legacy", legacy), ("corrected", corrected))}  # fmt: skip
+    assert expected["legacy"] != expected["corrected"]  # the policies parse some line differently: the test can fail
+    for name, session in [("legacy", legacy), ("corrected", corrected)] * 2:
+        assert bronze_rows(session, options, True, monkeypatch) == expected[name], name

@@ -4,15 +4,13 @@ import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonGenerator;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.json.JsonReadFeature;
-import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.StringWriter;
-import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
@@ -21,14 +19,13 @@ import org.apache.spark.unsafe.types.UTF8String;
  *
  * <p>Spark's built-ins need {@code to_json(map_filter(from_json(line, 'map<string,variant>'), ...))}, and map_filter
  * cannot be compiled into a whole-stage-codegen stage: the projection holding it ran outside the stage for every
- * line, each row copied across, even though only lines with new fields evaluate it (bench/parse_cost.py).
+ * line, each row copied across, even though only lines with new fields evaluate it (bench/parse_cost.py). The line
+ * is read by from_json's own Jackson factory for the source's options (JsonLineKeys), so single quotes, comments and
+ * unquoted names are read exactly as the parse reads them.
  */
 public final class JsonLineFields {
-  // Spark's JSON defaults (JSONOptions): single quotes and NaN/Infinity are read, nothing else lenient.
-  private static final JsonFactory JSON = JsonFactory.builder()
-      .enable(JsonReadFeature.ALLOW_SINGLE_QUOTES)
-      .enable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS)
-      .build();
+  // Writes the values found: plain JSON, whatever leniency the line was read with.
+  private static final JsonFactory JSON = new JsonFactory();
 
   private JsonLineFields() {}
 
@@ -37,10 +34,10 @@ public final class JsonLineFields {
    * numbers' text unchanged; a repeated key keeps its last value, as JSON readers do. Null when no field is named,
    * or when the line is not one JSON object.
    */
-  public static UTF8String fieldsNamed(UTF8String line, ArrayData names) {
-    Set<String> wanted = names(names);
+  public static UTF8String fieldsNamed(UTF8String line, ArrayData names, MapData options) {
+    Set<String> wanted = JsonLineKeys.names(names);
     Map<String, String> found = null;
-    try (JsonParser parser = JSON.createParser(new ByteArrayInputStream(line.getBytes()))) {
+    try (JsonParser parser = JsonLineParser.bytesParser(JsonLineKeys.factory(options), line)) {
       if (parser.nextToken() != JsonToken.START_OBJECT) {
         return null;
       }
@@ -69,7 +66,7 @@ public final class JsonLineFields {
         generator.writeEndObject();
       }
       return UTF8String.fromString(out.toString());
-    } catch (IOException malformed) {
+    } catch (IOException | RuntimeException malformed) {
       return null;  // the parse reports a malformed line; this only copies fields of good ones
     }
   }
@@ -103,10 +100,14 @@ public final class JsonLineFields {
         generator.writeEndArray();
       }
       case VALUE_STRING -> generator.writeString(parser.getText());
-      // NaN and Infinity are no JSON numbers: kept as strings, so the column stays valid JSON.
-      case VALUE_NUMBER_INT, VALUE_NUMBER_FLOAT -> {
+      // NaN and Infinity are no JSON numbers: kept as strings, so the column stays valid JSON. A number past
+      // double's range becomes "Infinity" too, as Spark's variant (the standard path) writes it.
+      case VALUE_NUMBER_INT -> generator.writeNumber(parser.getText());
+      case VALUE_NUMBER_FLOAT -> {
         if (parser.isNaN()) {
           generator.writeString(parser.getText());
+        } else if (Double.isInfinite(parser.getDoubleValue())) {
+          generator.writeString(parser.getDoubleValue() > 0 ? "Infinity" : "-Infinity");
         } else {
           generator.writeNumber(parser.getText());
         }
@@ -115,16 +116,5 @@ public final class JsonLineFields {
       case VALUE_NULL -> generator.writeNull();
       default -> throw new IOException("unexpected " + token);
     }
-  }
-
-  /** Built for every call: {@code names} is usually a column of the row (bronze's new fields), not a literal. */
-  private static Set<String> names(ArrayData names) {
-    Set<String> set = new HashSet<>();
-    for (int k = 0; k < names.numElements(); k++) {
-      if (!names.isNullAt(k)) {
-        set.add(names.getUTF8String(k).toString());
-      }
-    }
-    return set;
   }
 }

@@ -7,7 +7,6 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.HashMap;
 import java.util.Map;
-import java.util.TreeMap;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.json.CreateJacksonParser;
 import org.apache.spark.sql.catalyst.json.JSONOptions;
@@ -31,9 +30,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * here, where from_json may accept it with U+FFFD in place of its bad bytes.
  */
 public final class JsonLineParser {
-  private static final ThreadLocal<Map<String, FailureSafeParser<UTF8String>>> PARSERS =
-      ThreadLocal.withInitial(HashMap::new);
-  private static final ThreadLocal<Cached> LAST = new ThreadLocal<>();
+  private static final PerTask<FailureSafeParser<UTF8String>> PARSERS = new PerTask<>();
 
   private JsonLineParser() {}
 
@@ -51,23 +48,17 @@ public final class JsonLineParser {
     return (StructType) DataType.fromJson(schemaJson.toString());
   }
 
-  /** The thread's parser for these literal arguments: the last one on identity (every row), else built once. */
+  /**
+   * The task's parser for these literal arguments, built under the task's SQL settings (PerTask): JacksonParser reads
+   * the session's time parser policy and ANSI mode when it is built.
+   */
   private static FailureSafeParser<UTF8String> parser(UTF8String schemaJson, MapData options) {
-    Cached last = LAST.get();
-    if (last != null && last.schemaJson() == schemaJson && last.options() == options) {
-      return last.parser();
-    }
-    Map<String, String> settings = asMap(options);
-    FailureSafeParser<UTF8String> parser = PARSERS.get().computeIfAbsent(
-        schemaJson + "\u0000" + new TreeMap<>(settings), key -> build(schema(schemaJson), settings));
-    LAST.set(new Cached(schemaJson, options, parser));
-    return parser;
+    return PARSERS.get(schemaJson, options, () -> build(schema(schemaJson), asMap(options)));
   }
 
   /** As from_json (JsonToStructsEvaluator) builds it, but with the byte parser. */
   private static FailureSafeParser<UTF8String> build(StructType schema, Map<String, String> options) {
-    JSONOptions parsed = new JSONOptions(scala.collection.immutable.Map.from(CollectionConverters.asScala(options)),
-        options.getOrDefault("timeZone", "UTC"), "_corrupt_record");
+    JSONOptions parsed = jsonOptions(options);
     String corrupt = parsed.columnNameOfCorruptRecord();
     StructType fields = new StructType(java.util.Arrays.stream(schema.fields())
         .filter(field -> !field.name().equals(corrupt)).toArray(org.apache.spark.sql.types.StructField[]::new));
@@ -76,13 +67,19 @@ public final class JsonLineParser {
         parsed.parseMode(), schema, corrupt);
   }
 
+  /** The options as from_json reads them (the session time zone comes in the map, as parse_json_line passes it). */
+  static JSONOptions jsonOptions(Map<String, String> options) {
+    return new JSONOptions(scala.collection.immutable.Map.from(CollectionConverters.asScala(options)),
+        options.getOrDefault("timeZone", "UTC"), "_corrupt_record");
+  }
+
   /**
    * The line's bytes as a stream, not as a byte array: JacksonParser copies a STRING field's nested object or array
    * verbatim from a byte array (as spark.read.json does) but re-serializes it from anything else, as from_json does.
    * Jackson guesses the encoding from the first four bytes (a NUL among them means UTF-16 or UTF-32, and a UTF-8
    * byte-order mark is skipped): such lines get from_json's reader, so that they parse exactly as from_json's do.
    */
-  private static JsonParser bytesParser(JsonFactory factory, UTF8String line) {
+  static JsonParser bytesParser(JsonFactory factory, UTF8String line) {
     if (!plainUtf8Start(line)) {
       return CreateJacksonParser.utf8String(factory, line);
     }
@@ -108,13 +105,11 @@ public final class JsonLineParser {
         && line.getByte(2) == (byte) 0xBF);
   }
 
-  private static Map<String, String> asMap(MapData options) {
+  static Map<String, String> asMap(MapData options) {
     Map<String, String> map = new HashMap<>();
     for (int i = 0; i < options.numElements(); i++) {
       map.put(options.keyArray().getUTF8String(i).toString(), options.valueArray().getUTF8String(i).toString());
     }
     return map;
   }
-
-  private record Cached(UTF8String schemaJson, MapData options, FailureSafeParser<UTF8String> parser) {}
 }

@@ -28,7 +28,7 @@ public final class MillpondExtensions extends AbstractFunction1<SparkSessionExte
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
     ExpressionInfo info = new ExpressionInfo(JsonLineKeys.class.getName(), null, UNKNOWN_JSON_KEYS,
-        "_FUNC_(line, known_names) - the JSON object line's top-level keys not in known_names, or null if none", "",
+        "_FUNC_(line, known_names, options) - the JSON object line's top-level keys not in known_names, or null if none", "",
         "", "", "", "", "", "");
     Function1<Seq<Expression>, Expression> build = MillpondExtensions::unknownJsonKeys;
     extensions.injectFunction(new Tuple3<>(new FunctionIdentifier(UNKNOWN_JSON_KEYS), info, build));
@@ -38,7 +38,7 @@ public final class MillpondExtensions extends AbstractFunction1<SparkSessionExte
     Function1<Seq<Expression>, Expression> buildParse = MillpondExtensions::parseJsonLine;
     extensions.injectFunction(new Tuple3<>(new FunctionIdentifier(PARSE_JSON_LINE), parseInfo, buildParse));
     ExpressionInfo fieldsInfo = new ExpressionInfo(JsonLineFields.class.getName(), null, JSON_FIELDS,
-        "_FUNC_(line, names) - the JSON object line's top-level fields in names, as a JSON object, or null if none",
+        "_FUNC_(line, names, options) - the line's top-level fields in names, as a JSON object, or null if none",
         "", "", "", "", "", "", "");
     Function1<Seq<Expression>, Expression> buildFields = MillpondExtensions::jsonFields;
     extensions.injectFunction(new Tuple3<>(new FunctionIdentifier(JSON_FIELDS), fieldsInfo, buildFields));
@@ -55,16 +55,17 @@ public final class MillpondExtensions extends AbstractFunction1<SparkSessionExte
   }
 
   private static Expression jsonFields(Seq<Expression> arguments) {
-    if (arguments.size() != 2) {
-      throw new IllegalArgumentException(JSON_FIELDS + " takes 2 arguments (line, names), got " + arguments.size());
+    if (arguments.size() != 3) {
+      throw new IllegalArgumentException(JSON_FIELDS + " takes 3 arguments (line, names, options), got "
+          + arguments.size());
     }
     return new StaticInvoke(JsonLineFields.class, DataTypes.StringType, "fieldsNamed", arguments,
         StaticInvoke.$lessinit$greater$default$5(), true, true, true, Option.empty());
   }
 
   private static Expression unknownJsonKeys(Seq<Expression> arguments) {
-    if (arguments.size() != 2) {
-      throw new IllegalArgumentException(UNKNOWN_JSON_KEYS + " takes 2 arguments (line, known_names), got "
+    if (arguments.size() != 3) {
+      throw new IllegalArgumentException(UNKNOWN_JSON_KEYS + " takes 3 arguments (line, known_names, options), got "
           + arguments.size());
     }
     return new StaticInvoke(JsonLineKeys.class, DataTypes.createArrayType(DataTypes.StringType, false),
