@@ -40,11 +40,16 @@ INGEST_LAYERS = ("bronze", "silver")
 STOPPED = "the Spark application was stopped (task killed, timed out or marked failed)"
 
 # Run-time values reach the job as templated arguments: the event log ties each table's run to this run.
+# A run without a logical date (the REST API's default, the UI's trigger without a date) has no data interval, and
+# Airflow 3 then leaves `data_interval_start`/`_end` out of the template context altogether: `is defined` first.
+NO_INTERVAL = run_summary.NO_INTERVAL
 RUN_ARGS = [
     "--run-id", "{{ run_id }}",
     "--trigger", "{{ dag_run.run_type | string | replace('DagRunType.', '') | lower }}",
-    "--data-interval-start", "{{ data_interval_start | ts if data_interval_start else 'None' }}",
-    "--data-interval-end", "{{ data_interval_end | ts if data_interval_end else 'None' }}",
+    "--data-interval-start",
+    "{{ data_interval_start | ts if data_interval_start is defined and data_interval_start else '" + NO_INTERVAL + "' }}",
+    "--data-interval-end",
+    "{{ data_interval_end | ts if data_interval_end is defined and data_interval_end else '" + NO_INTERVAL + "' }}",
 ]  # fmt: skip
 
 
@@ -348,6 +353,7 @@ class RunSummaryOperator(BaseOperator):
             context["ti"].xcom_push(key=entry["table"], value=entry)
         print(f"run {run_id} of pipeline {self.pipeline} "
               f"({run_summary.summary_path(self.pipeline, run_id)}):\n{format_summary(ordered)}")  # fmt: skip
+        print(f"data interval: {run_summary.describe_interval(summary)}")
         missing = [t for t in self.tables if t not in by_table]
         bad = [t["table"] for t in ordered if t.get("outcome") != "succeeded"]
         if bad or missing:

@@ -45,7 +45,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _timestamp(text: str) -> datetime | None:
-    if not text or text == "None":
+    """An ISO timestamp, or None for a run without a data interval (Airflow passes `none`)."""
+    if not text or text.lower() == "none":
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
