@@ -2,12 +2,14 @@
 
 - A run without a logical date (the REST API's default, the UI's trigger without a date): Airflow 3 gives it no data
   interval, and the template context then has no `data_interval_start` at all.
+- Two lakes against one Airflow metadata database (a moved lake): the tables' assets must stay the same assets.
 
 One Airflow home for the module; each scenario builds on the previous runs, as in production.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 
 import pytest
@@ -15,7 +17,7 @@ from deltalake import DeltaTable
 
 from millpond import paths, run_summary
 from millpond.generate import activity_files
-from tests.dags.airflow_run import BIN, airflow_env, migrate, spark_processes, stop_group
+from tests.dags.airflow_run import BIN, airflow_env, dags_test, migrate, spark_processes, stop_group
 from tests.dags.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -93,3 +95,28 @@ def test_a_run_without_a_logical_date_succeeds_and_records_no_interval(site):
     assert {r["table"] for r in rows} == set(TABLES)
     assert {(r["data_interval_start"], r["data_interval_end"], r["trigger"]) for r in rows} == {(None, None, "manual")}
 
+
+def test_two_lakes_against_one_airflow_database_both_succeed(site):
+    """The same DAG, run against lake B and then lake A again: the assets are the tables, wherever the lake is."""
+    root, (lake_a, lake_b), env = site
+    land(lake_b, seed=2)
+    rc, log = dags_test({**env, "MILLPOND_LAKE": str(lake_b)}, "2026-11-02T05:00:00+00:00", root / "lake-b.log")
+    assert "AirflowInactiveAssetInInletOrOutletException" not in log, log[-3000:]
+    assert rc == 0, log[-3000:]
+    recorded = summary(lake_b, run_id_of(log))
+    assert recorded["data_interval"] == {"start": "2026-11-02T04:00:00+00:00", "end": "2026-11-02T05:00:00+00:00"}
+    assert recorded["tables"][0]["rows_in"] == 200 and (lake_b / "gold" / "device_counts" / "_delta_log").is_dir()
+
+    land(lake_a, seed=3)
+    rc, log = dags_test(env, "2026-11-02T06:00:00+00:00", root / "lake-a-again.log")
+    assert rc == 0, log[-3000:]
+    assert summary(lake_a, run_id_of(log))["tables"][0]["rows_in"] == 200  # only the file landed since run 1
+
+    with sqlite3.connect(root / "airflow_home" / "airflow.db") as db:
+        assets = db.execute("SELECT name, uri FROM asset WHERE name LIKE 'delta.%' ORDER BY name").fetchall()
+        active = db.execute("SELECT name, uri FROM asset_active WHERE name LIKE 'delta.%' ORDER BY name").fetchall()
+    # One asset per table (of every pipeline), none holding a lake path, and all of them active.
+    assert assets == active, (assets, active)
+    assert {(n, u) for n, u in assets if n.removeprefix("delta.") in TABLES} == {
+        (f"delta.{t}", f"x-millpond://{t.replace('.', '/')}") for t in TABLES}  # fmt: skip
+    assert not [u for _, u in assets if str(root) in u or u.startswith("file:")], assets
