@@ -30,7 +30,7 @@ from airflow.sdk.exceptions import AirflowException
 from millpond import paths, run_summary
 from millpond.airflow_plugin import ReportLink
 from millpond.airflow_report import format_summary
-from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline
+from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline, unset_environment
 
 SPARK_CONN_ID = "spark_millpond"
 RUNNER = paths.REPO_ROOT / "spark_jobs" / "runner.py"
@@ -382,6 +382,10 @@ def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
     gold_tables = pipeline.layer_tables("gold")
     suites = {t.id: t.expectations for t in pipeline.tables.values() if t.expectations}
     schedule: Any = "@once" if pipeline.schedule == "@once" else CronDataIntervalTimetable(pipeline.schedule, "UTC")
+    # A pipeline whose Kafka address is not set here would fail every run: created paused, and the UI says why.
+    unset = unset_environment(pipeline)
+    paused_why = (f"Paused: needs {', '.join(unset)} (a Kafka broker; `make kafka-up` starts a local one, then "
+                  "set it for Airflow and unpause)") if unset else None  # fmt: skip
     doc = "\n\n".join(
         part for part in (
             f"# {pipeline.name}\n\n{pipeline.description}",
@@ -399,6 +403,8 @@ def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
         catchup=pipeline.catchup,
         max_active_runs=1,
         tags=["millpond", *pipeline.tags],
+        description=paused_why,
+        is_paused_upon_creation=True if unset else None,
         doc_md=doc,
         default_args={
             "owner": pipeline.owner,

@@ -193,3 +193,16 @@ def test_a_task_with_its_own_spark_conf_is_submitted_not_handed_to_the_warm_driv
     monkeypatch.setattr(task, "conf", {"spark.driver.memory": "3g"})
     assert task.run_in_warm_driver("local[2]") is False
     assert warm_driver.status(lake) is None and not warm_driver.log_path(lake).exists()  # no driver was started
+
+
+def test_a_kafka_pipeline_without_its_broker_address_is_created_paused_and_says_why(pipelines, monkeypatch):
+    """`make up` unpauses DAGs at creation; one that cannot succeed without its broker stays paused, with the reason."""
+    from millpond.airflow_dags import build_dag
+
+    monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
+    paused = {p.name: build_dag(p) for p in pipelines}
+    assert {name for name, dag in paused.items() if dag.is_paused_upon_creation} == {"device_status"}
+    assert paused["device_status"].description.startswith("Paused: needs MILLPOND_KAFKA_BOOTSTRAP (a Kafka broker;")
+    monkeypatch.setenv("MILLPOND_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    device = build_dag(next(p for p in pipelines if p.name == "device_status"))
+    assert device.is_paused_upon_creation is None and device.description is None
