@@ -27,7 +27,7 @@ from airflow.sdk import DAG, Asset, BaseHook, BaseOperator, Param, TriggerRule
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable
 from airflow.sdk.exceptions import AirflowException
 
-from millpond import paths, run_summary
+from millpond import paths, reports, run_summary
 from millpond.airflow_plugin import ReportLink
 from millpond.airflow_report import format_summary
 from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline, unset_environment
@@ -278,6 +278,7 @@ def job_env() -> dict[str, str]:
         "MILLPOND_PIPELINES": str(paths.pipelines_dir()),
         "MILLPOND_EXPECTATIONS": str(paths.expectations_dir()),
         "MILLPOND_JARS": str(paths.jars_dir()),
+        "MILLPOND_REPORT_ASSETS": str(reports.report_assets_dir()),
     }
 
 

@@ -3,6 +3,7 @@
     _reports/index.html          every gate run per table, newest first: pass/fail, counts, trend chart, links
     _reports/history.jsonl       one JSON line per validated batch (what the index is rebuilt from)
     _reports/datadocs/...        the GX Data Docs site (one page per validated batch, failing-row samples)
+    _reports/datadocs/static/vendor/...  the stylesheets and scripts those pages load (offline: no CDN)
 
 Light on purpose (no Spark, no GX): the Airflow summary task and `millpond status` read these files too.
 """
@@ -12,6 +13,9 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
+import shutil
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -165,3 +169,118 @@ keeps the batch out of the table and everything downstream.</p>
 {body}
 </body></html>
 """
+
+
+# ---------------------------------------------------------------------------------------------- offline Data Docs
+
+# What GX 1.24's Data Docs pages load from CDNs, and the same file in a WebJar (build/report-assets.pom.xml, which
+# `make report-assets` unpacks under .cache/report-assets). The few without a WebJar are dropped (see the pom).
+_WEBJARS = "META-INF/resources/webjars"
+VENDORED = {
+    "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css": "bootstrap/4.3.1/css/bootstrap.min.css",
+    "https://stackpath.bootstrapcdn.com/bootstrap/4.3.1/js/bootstrap.min.js": "bootstrap/4.3.1/js/bootstrap.min.js",
+    "https://code.jquery.com/jquery-3.7.1.min.js": "jquery/3.7.1/jquery.min.js",
+    "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js":
+        "popper.js/1.12.9/dist/umd/popper.min.js",
+    "https://cdnjs.cloudflare.com/ajax/libs/font-awesome/6.6.0/css/all.min.css": "font-awesome/6.6.0/css/all.min.css",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.css":
+        "bootstrap-table/1.19.1/dist/bootstrap-table.min.css",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.js":
+        "bootstrap-table/1.19.1/dist/bootstrap-table.min.js",
+    "https://unpkg.com/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.css":
+        "bootstrap-table/1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.css",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js":
+        "bootstrap-table/1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js",
+    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css":
+        "bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css",
+    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js":
+        "bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js",
+}  # fmt: skip
+_FOLDERS = ("font-awesome/6.6.0/webfonts",)  # what a vendored stylesheet loads by relative URL
+_EXTERNAL_IMAGE = re.compile(r"""(<img\b[^>]*?\bsrc=["'])https?://[^"'?]*?/([\w.-]+)(?:\?[^"']*)?(["'])""", re.I)
+# GX links the favicon of a validation page one folder short of the site root: every static image, re-pointed.
+_STATIC_IMAGE = re.compile(r"""(\b(?:src|href)=["'])(?:\.\./)*static/images/([\w.-]+)(["'])""", re.I)
+_EXTERNAL_TAG = re.compile(r"""<(?:script|link)\b[^>]*?\b(?:src|href)=["']https?://[^>]*>(?:\s*</script>)?""", re.I)
+_SRI = re.compile(r"""\s+(?:integrity|crossorigin)=["'][^"']*["']""", re.I)
+
+
+def report_assets_dir() -> Path:
+    return Path(os.environ.get("MILLPOND_REPORT_ASSETS") or paths.REPO_ROOT / ".cache" / "report-assets").resolve()
+
+
+def vendor_dir(docs: Path) -> Path:
+    return docs / "static" / "vendor"
+
+
+def copy_assets(docs: Path) -> Path | None:
+    """The vendored files under the Data Docs site (once per site), so pages work from file:// and the plugin.
+
+    None (and a warning) when they were never fetched: a report styled from CDNs is no reason to fail a gate.
+    """
+    source, target = report_assets_dir() / _WEBJARS, vendor_dir(docs)
+    missing = [name for name in VENDORED.values() if not (source / name).is_file()]
+    if missing:
+        print(f"millpond: warning: report assets not found in {source} (e.g. {missing[0]}): Data Docs pages keep "
+              "loading their styles and scripts from CDNs. Fix: `make report-assets` (mvn, Maven Central)",
+              file=sys.stderr)  # fmt: skip
+        return None
+    # GX's own static files (its stylesheet, favicon, and the logo its pages fetch from S3), from the installed
+    # package: GX copies them only when it builds its index, which would drop earlier runs' pages (quality.py).
+    gx_static = _gx_static()
+    if gx_static and not (docs / "static" / "images").exists():
+        shutil.copytree(gx_static, docs / "static", dirs_exist_ok=True)
+    for name in [*VENDORED.values(), *_FOLDERS]:
+        if not (target / name).exists():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            copy = shutil.copytree if (source / name).is_dir() else shutil.copyfile
+            copy(source / name, target / name)
+    return target
+
+
+def localize_page(page: Path, docs: Path) -> None:
+    """Point a Data Docs page at the vendored files; drop what loads from the internet and has no local copy."""
+    text = page.read_text(encoding="utf-8")
+    vendor = Path(os.path.relpath(vendor_dir(docs), page.parent)).as_posix()
+
+    def local(match: re.Match) -> str:
+        tag = match.group(0)
+        url = next((u for u in VENDORED if u in tag), None)
+        return _SRI.sub("", tag.replace(url, f"{vendor}/{VENDORED[url]}")) if url else ""
+
+    images = Path(os.path.relpath(docs / "static" / "images", page.parent)).as_posix()
+
+    def image(match: re.Match) -> str:
+        name = match.group(2)
+        found = (docs / "static" / "images" / name).is_file()
+        return f"{match.group(1)}{images}/{name}{match.group(3)}" if found else f"{match.group(1)}data:,{match.group(3)}"
+
+    localized = _EXTERNAL_IMAGE.sub(image, _EXTERNAL_TAG.sub(local, text))
+    localized = _STATIC_IMAGE.sub(lambda m: f"{m.group(1)}{images}/{m.group(2)}{m.group(3)}", localized)
+    if localized != text:
+        page.write_text(localized, encoding="utf-8")
+
+
+def _gx_static() -> Path | None:
+    """great_expectations/render/view/static of the installed package (found without importing GX)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("great_expectations")
+    if spec is None or not spec.origin:
+        return None
+    folder = Path(spec.origin).parent / "render" / "view" / "static"
+    return folder if folder.is_dir() else None
+
+
+def localize_data_docs(docs: Path, pages: list[Path]) -> None:
+    """Data Docs that render offline: GX's pages load Bootstrap, jQuery, Font Awesome... from CDNs."""
+    if copy_assets(docs) is None:
+        return
+    for page in pages:
+        if page.is_file():
+            localize_page(page, docs)
+
+
+def external_loads(page: Path) -> list[str]:
+    """The stylesheets, scripts and images a page would load from the internet (none, for a localized page)."""
+    tags = re.findall(r"""<(?:script|link|img)\b[^>]*>""", page.read_text(encoding="utf-8"), re.I)
+    return [t for t in tags if re.search(r"""\b(?:src|href)=["'](?:https?:)?//""", t, re.I)]
