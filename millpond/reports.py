@@ -1,6 +1,7 @@
 """Gate reports under `$MILLPOND_LAKE/_reports/`: GX Data Docs per validation, plus one index page over time.
 
-    _reports/index.html          every gate run per table, newest first: pass/fail, counts, trend chart, links
+    _reports/index.html          per table: each expectation over the last runs, counts and links per run, a
+                                 trend chart, then every validated batch, newest first
     _reports/history.jsonl       one JSON line per validated batch (what the index is rebuilt from)
     _reports/datadocs/...        the GX Data Docs site (one page per validated batch, failing-row samples)
     _reports/datadocs/static/vendor/...  the stylesheets and scripts those pages load (offline: no CDN)
@@ -19,6 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from millpond import paths
 
@@ -118,9 +120,59 @@ def _section(pipeline: str, table: str, runs: list[dict[str, Any]]) -> str:
         f"{len(runs)} validated batches, {passed} passed (possibly with warnings or quarantined rows), "
         f"{len(runs) - passed} failed</p>"
         f"{_trend(list(reversed(runs[:40])))}"
-        "<table><thead><tr><th>validated (UTC)</th><th>run id</th><th>mode</th><th>batch</th><th>outcome</th>"
+        f"{_run_history(pipeline, runs)}"
+        "<h3>validated batches</h3><table><thead><tr><th>validated (UTC)</th><th>run id</th><th>mode</th><th>batch</th><th>outcome</th>"
         "<th>rows</th><th>quarantined</th><th>failing expectations</th><th>report</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
+HISTORY_RUNS = 10  # runs per table in the index's history grid
+
+
+def _run_history(pipeline: str, runs: list[dict[str, Any]], last: int = HISTORY_RUNS) -> str:
+    """Per table, its last runs side by side (newest left): each expectation passed or failed (all batches of the run
+    together), the rows validated and set aside, and links to the run's Data Docs and its Airflow run."""
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for entry in runs:  # newest first
+        by_run.setdefault(entry["run_id"], []).append(entry)
+    chosen = list(by_run.items())[:last]
+    names: list[str] = []
+    for _, batches in chosen:
+        for batch in batches:
+            names += [o["expectation"] for o in batch["expectations"] if o["expectation"] not in names]
+    head = "".join(f"<th>{_e(run_id)}</th>" for run_id, _ in chosen)
+    body = []
+    for name in names:
+        cells = []
+        for _, batches in chosen:
+            seen = [o for b in batches for o in b["expectations"] if o["expectation"] == name]
+            if not seen:
+                cells.append('<td class="none">–</td>')
+            elif all(o["success"] for o in seen):
+                cells.append('<td class="pass">✓ pass</td>')
+            else:
+                severity = seen[0]["severity"]
+                unexpected = sum(int(o.get("unexpected_count") or 0) for o in seen if not o["success"])
+                cells.append(f'<td class="fail sev-{_e(severity)}">✗ {_e(severity)} ({unexpected})</td>')
+        body.append(f"<tr><th>{_e(name)}</th>{''.join(cells)}</tr>")
+
+    def totals(label: str, key: str) -> str:
+        values = "".join(f"<td>{sum(int(b.get(key) or 0) for b in batches)}</td>" for _, batches in chosen)
+        return f"<tr class=\"totals\"><th>{label}</th>{values}</tr>"
+
+    docs, airflow = [], []
+    for run_id, batches in chosen:
+        link = _relative_link(batches[0].get("report_path"))  # the run's newest batch
+        docs.append(f'<td><a href="{_e(link)}">Data Docs</a></td>' if link else "<td></td>")
+        # Airflow 3's UI route for a DAG run (the index is served by the Airflow plugin on the same host).
+        url = f"/dags/{quote(pipeline, safe='')}/runs/{quote(run_id, safe='')}"
+        airflow.append(f'<td><a href="{_e(url)}">Airflow run</a></td>' if "__" in run_id else "<td>–</td>")
+    return (
+        f'<table class="history"><caption>last {len(chosen)} run(s), newest first</caption>'
+        f"<thead><tr><th>expectation</th>{head}</tr></thead><tbody>{''.join(body)}"
+        f"{totals('rows validated', 'element_count')}{totals('rows set aside (dropped or quarantined)', 'rows_dropped')}"
+        f"<tr><th>report</th>{''.join(docs)}</tr><tr><th>Airflow</th>{''.join(airflow)}</tr></tbody></table>"
     )
 
 
@@ -162,6 +214,10 @@ tr.passed td.outcome {{ color: #2e7d32; }}
 tr.quarantined td.outcome {{ color: #6a1b9a; font-weight: bold; }}
 .sev-fail {{ color: #c62828; font-weight: bold; }} .sev-drop {{ color: #6a1b9a; }} .sev-warn {{ color: #f9a825; }}
 pre {{ white-space: pre-wrap; font-size: 12px; margin: 0; }}
+table.history {{ width: auto; }} table.history caption {{ text-align: left; color: #555; padding: 4px 0; }}
+table.history thead th {{ font-weight: normal; font-size: 12px; }} tr.totals td {{ text-align: right; }}
+td.pass {{ color: #2e7d32; }} td.fail {{ font-weight: bold; }} td.sev-fail {{ color: #c62828; }}
+td.sev-warn {{ color: #f9a825; }} td.sev-drop {{ color: #6a1b9a; }} td.none {{ color: #999; }}
 </style></head>
 <body><h1>millpond data-quality gate</h1>
 <p>{count} validated batches. Each run validates only the rows it adds; a failed <code>fail</code> expectation
