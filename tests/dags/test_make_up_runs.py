@@ -7,7 +7,8 @@ dag-processor that `make up` starts (isolated: own AIRFLOW_HOME, lake and free p
   the Kafka example, whose broker address is not set, is left paused and says why in its description;
 - a trigger without a logical date (the API's default) and one with a logical date both succeed, and the run
   summary records "none" and the interval;
-- a backfill of two intervals succeeds run by run.
+- a backfill of two intervals succeeds run by run;
+- `make up` again on a moved lake (same Airflow home and database): a triggered run succeeds there.
 """
 
 from __future__ import annotations
@@ -140,3 +141,20 @@ def test_make_up_on_a_fresh_lake_every_run_start_succeeds(stack):  # noqa: F811 
     down = make("down", env, timeout=90)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not spark_processes(lake)
+
+    # The lake moved (same Airflow home and database): the assets are the tables, so every task still succeeds.
+    moved = lake.parent / "moved-lake"
+    activity_files(moved / "landing" / "activity", 1, 100, seed=8)
+    env2 = {**env, "MILLPOND_LAKE": str(moved)}
+    up = make("up", env2, timeout=240)
+    assert up.returncode == 0, up.stdout + up.stderr
+    api = client(base, home)
+    runs_api = DagRunApi(api)
+    again = runs_api.trigger_dag_run("activity", TriggerDAGRunPostBody(logical_date=None))
+    run = finished(api, "activity", again.dag_run_id, timeout=600)
+    assert state_of(run) == "success", task_states(api, "activity", again.dag_run_id)
+    assert run_summary.load("activity", again.dag_run_id, root=moved)["tables"][0]["rows_in"] == 100
+    assert (moved / "gold" / "device_counts" / "_delta_log").is_dir()
+    down = make("down", env2, timeout=90)
+    assert down.returncode == 0, down.stdout + down.stderr
+    print(f"moved lake green: {time.monotonic() - started:.0f} s")
