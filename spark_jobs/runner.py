@@ -216,12 +216,14 @@ def driver_jit_line(chosen: driver_jit.DriverJit, in_effect: str, huge_methods: 
 
 
 def nothing_to_read(pipeline: Pipeline, table: Table) -> str | None:
-    """Why the table has nothing to read yet, or None: its landing folder is missing or holds no file, its upstream
-    table (or a side of its join) has no version yet, or the dimension it looks up has not landed.
+    """Why the table has nothing to read yet, or None: its landing folder is missing or holds no file, or its
+    upstream table (or a side of its join) has no version yet.
 
     Such a table is not started: Spark would fail on the missing path (`PATH_NOT_FOUND`, a Delta table that is not
     one), and waiting loses nothing, since the table's checkpoint has not read anything of what is to come.
     A Kafka topic is not asked (that takes a Kafka client, i.e. the JVM): its query runs and finds what it finds.
+    A missing lookup dimension is not a wait but an error naming the path (streaming.py): its stream has rows, and
+    joining them with no dimension would write them unattributed.
     """
     if table.reads_kafka:
         return None
@@ -233,8 +235,6 @@ def nothing_to_read(pipeline: Pipeline, table: Table) -> str | None:
         for upstream in table.upstreams:
             if upstream in pipeline.tables and file_sink_log.table_version(pipeline.tables[upstream]) < 0:
                 return f"{upstream} has no data yet"
-    if table.lookup and table.lookup.dimension in pipeline.sources:
-        return _nothing_landed(pipeline, table.lookup.dimension)
     return None
 
 
