@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 JARS := .cache/jars
+REPORT_ASSETS := .cache/report-assets
 KAFKA_BROKER := .cache/kafka-broker
 export MILLPOND_LAKE ?= $(CURDIR)/lake
 export SPARK_LOCAL_IP ?= 127.0.0.1
@@ -16,7 +17,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
 PIPELINE ?= activity
 
-.PHONY: setup venv jars jvm kafka-broker kafka-up kafka-down browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
+.PHONY: setup venv jars jvm report-assets kafka-broker kafka-up kafka-down browser demo test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
 help:
 	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make test   set up, then run every test (unit + integration, kill tests included)"
@@ -27,7 +28,7 @@ help:
 	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (RELIABILITY.md)"
 	@echo "make bench SCALE=small|large [ONLY=B3,B6]  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json, .md"
 
-setup: venv jars jvm
+setup: venv jars jvm report-assets
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -44,6 +45,15 @@ $(JARS)/.fetched: build/jars.pom.xml
 	@command -v mvn >/dev/null || { echo "error: mvn not found; it fetches the Delta jars from Maven Central. Fix: apt-get install maven"; exit 1; }
 	mvn --batch-mode --quiet -f build/jars.pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DexcludeTransitive=true
+	touch $@
+
+# The stylesheets and scripts of the Data Docs pages (WebJars from Maven Central), so reports render offline.
+report-assets: $(REPORT_ASSETS)/.fetched
+$(REPORT_ASSETS)/.fetched: build/report-assets.pom.xml
+	@command -v mvn >/dev/null || { echo "error: mvn not found; it fetches the report assets from Maven Central. Fix: apt-get install maven"; exit 1; }
+	rm -rf $(REPORT_ASSETS)
+	mvn --batch-mode --quiet -f build/report-assets.pom.xml dependency:unpack-dependencies \
+	    -DoutputDirectory=$(CURDIR)/$(REPORT_ASSETS) -DexcludeTransitive=true -Dincludes='META-INF/resources/webjars/**'
 	touch $@
 
 # millpond's Spark functions (jvm/, registered by spark_jobs/session.py), compiled against the venv's pyspark.

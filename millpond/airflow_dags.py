@@ -27,10 +27,10 @@ from airflow.sdk import DAG, Asset, BaseHook, BaseOperator, Param, TriggerRule
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable
 from airflow.sdk.exceptions import AirflowException
 
-from millpond import paths, run_summary, speedups
+from millpond import paths, reports, run_summary, speedups
 from millpond.airflow_plugin import ReportLink
 from millpond.airflow_report import format_summary
-from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline
+from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline, unset_environment
 
 SPARK_CONN_ID = "spark_millpond"
 RUNNER = paths.REPO_ROOT / "spark_jobs" / "runner.py"
@@ -40,11 +40,16 @@ INGEST_LAYERS = ("bronze", "silver")
 STOPPED = "the Spark application was stopped (task killed, timed out or marked failed)"
 
 # Run-time values reach the job as templated arguments: the event log ties each table's run to this run.
+# A run without a logical date (the REST API's default, the UI's trigger without a date) has no data interval, and
+# Airflow 3 then leaves `data_interval_start`/`_end` out of the template context altogether: `is defined` first.
+NO_INTERVAL = run_summary.NO_INTERVAL
 RUN_ARGS = [
     "--run-id", "{{ run_id }}",
     "--trigger", "{{ dag_run.run_type | string | replace('DagRunType.', '') | lower }}",
-    "--data-interval-start", "{{ data_interval_start | ts if data_interval_start else 'None' }}",
-    "--data-interval-end", "{{ data_interval_end | ts if data_interval_end else 'None' }}",
+    "--data-interval-start",
+    "{{ data_interval_start | ts if data_interval_start is defined and data_interval_start else '" + NO_INTERVAL + "' }}",
+    "--data-interval-end",
+    "{{ data_interval_end | ts if data_interval_end is defined and data_interval_end else '" + NO_INTERVAL + "' }}",
 ]  # fmt: skip
 
 
@@ -55,9 +60,19 @@ def _env_float(name: str, default: float) -> float:
 # ---------------------------------------------------------------------------------------------- assets
 
 
+ASSET_SCHEME = "x-millpond"
+
+
 def table_asset(table_id: str) -> Asset:
-    """The Airflow Asset of one Delta table: other DAGs schedule on `Asset(name="delta.<layer>.<table>")`."""
-    return Asset(name=f"delta.{table_id}", uri=paths.table_path(table_id).as_uri(), group="delta")
+    """The Airflow Asset of one Delta table: other DAGs schedule on `Asset(name="delta.<layer>.<table>")`.
+
+    The identity is the table, not where the lake is: `x-millpond://<layer>/<table>`, never the lake's path. Airflow
+    keeps one active asset per name and per URI, so a URI holding `$MILLPOND_LAKE` made a second lake (or a moved one)
+    against the same metadata database an inactive asset, and every task naming it failed. An `x-` scheme is one no
+    provider claims: Airflow stores it as written (airflow.sdk.definitions.asset._sanitize_uri).
+    """
+    layer, name = table_id.split(".")
+    return Asset(name=f"delta.{table_id}", uri=f"{ASSET_SCHEME}://{layer}/{name}", group="delta")
 
 
 # ---------------------------------------------------------------------------------------------- Spark submit
@@ -263,6 +278,7 @@ def job_env() -> dict[str, str]:
         "MILLPOND_PIPELINES": str(paths.pipelines_dir()),
         "MILLPOND_EXPECTATIONS": str(paths.expectations_dir()),
         "MILLPOND_JARS": str(paths.jars_dir()),
+        "MILLPOND_REPORT_ASSETS": str(reports.report_assets_dir()),
         **speedups.settings_in_environment(),
     }
 
@@ -349,6 +365,7 @@ class RunSummaryOperator(BaseOperator):
             context["ti"].xcom_push(key=entry["table"], value=entry)
         print(f"run {run_id} of pipeline {self.pipeline} "
               f"({run_summary.summary_path(self.pipeline, run_id)}):\n{format_summary(ordered)}")  # fmt: skip
+        print(f"data interval: {run_summary.describe_interval(summary)}")
         missing = [t for t in self.tables if t not in by_table]
         bad = [t["table"] for t in ordered if t.get("outcome") != "succeeded"]
         if bad or missing:
@@ -367,6 +384,10 @@ def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
     gold_tables = pipeline.layer_tables("gold")
     suites = {t.id: t.expectations for t in pipeline.tables.values() if t.expectations}
     schedule: Any = "@once" if pipeline.schedule == "@once" else CronDataIntervalTimetable(pipeline.schedule, "UTC")
+    # A pipeline whose Kafka address is not set here would fail every run: created paused, and the UI says why.
+    unset = unset_environment(pipeline)
+    paused_why = (f"Paused: needs {', '.join(unset)} (a Kafka broker; `make kafka-up` starts a local one, then "
+                  "set it for Airflow and unpause)") if unset else None  # fmt: skip
     doc = "\n\n".join(
         part for part in (
             f"# {pipeline.name}\n\n{pipeline.description}",
@@ -384,6 +405,8 @@ def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
         catchup=pipeline.catchup,
         max_active_runs=1,
         tags=["millpond", *pipeline.tags],
+        description=paused_why,
+        is_paused_upon_creation=True if unset else None,
         doc_md=doc,
         default_args={
             "owner": pipeline.owner,

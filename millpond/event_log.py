@@ -56,4 +56,5 @@ def write_run_summary(pipeline: str, run: RunContext, results: list[TableResult]
         | {"path": str(paths.table_path(r.table)), "seconds": round(r.seconds, 2)}
         for r in results
     ]
-    return str(run_summary.merge(pipeline, run.run_id, run.trigger, tables))
+    interval = run_summary.interval_text(run.data_interval_start, run.data_interval_end)
+    return str(run_summary.merge(pipeline, run.run_id, run.trigger, tables, interval))

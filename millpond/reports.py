@@ -1,8 +1,10 @@
 """Gate reports under `$MILLPOND_LAKE/_reports/`: GX Data Docs per validation, plus one index page over time.
 
-    _reports/index.html          every gate run per table, newest first: pass/fail, counts, trend chart, links
+    _reports/index.html          per table: each expectation over the last runs, counts and links per run, a
+                                 trend chart, then every validated batch, newest first
     _reports/history.jsonl       one JSON line per validated batch (what the index is rebuilt from)
     _reports/datadocs/...        the GX Data Docs site (one page per validated batch, failing-row samples)
+    _reports/datadocs/static/vendor/...  the stylesheets and scripts those pages load (offline: no CDN)
 
 Light on purpose (no Spark, no GX): the Airflow summary task and `millpond status` read these files too.
 """
@@ -12,9 +14,13 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
+import shutil
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from millpond import paths
 
@@ -114,9 +120,59 @@ def _section(pipeline: str, table: str, runs: list[dict[str, Any]]) -> str:
         f"{len(runs)} validated batches, {passed} passed (possibly with warnings or quarantined rows), "
         f"{len(runs) - passed} failed</p>"
         f"{_trend(list(reversed(runs[:40])))}"
-        "<table><thead><tr><th>validated (UTC)</th><th>run id</th><th>mode</th><th>batch</th><th>outcome</th>"
+        f"{_run_history(pipeline, runs)}"
+        "<h3>validated batches</h3><table><thead><tr><th>validated (UTC)</th><th>run id</th><th>mode</th><th>batch</th><th>outcome</th>"
         "<th>rows</th><th>quarantined</th><th>failing expectations</th><th>report</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
+HISTORY_RUNS = 10  # runs per table in the index's history grid
+
+
+def _run_history(pipeline: str, runs: list[dict[str, Any]], last: int = HISTORY_RUNS) -> str:
+    """Per table, its last runs side by side (newest left): each expectation passed or failed (all batches of the run
+    together), the rows validated and set aside, and links to the run's Data Docs and its Airflow run."""
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for entry in runs:  # newest first
+        by_run.setdefault(entry["run_id"], []).append(entry)
+    chosen = list(by_run.items())[:last]
+    names: list[str] = []
+    for _, batches in chosen:
+        for batch in batches:
+            names += [o["expectation"] for o in batch["expectations"] if o["expectation"] not in names]
+    head = "".join(f"<th>{_e(run_id)}</th>" for run_id, _ in chosen)
+    body = []
+    for name in names:
+        cells = []
+        for _, batches in chosen:
+            seen = [o for b in batches for o in b["expectations"] if o["expectation"] == name]
+            if not seen:
+                cells.append('<td class="none">–</td>')
+            elif all(o["success"] for o in seen):
+                cells.append('<td class="pass">✓ pass</td>')
+            else:
+                severity = seen[0]["severity"]
+                unexpected = sum(int(o.get("unexpected_count") or 0) for o in seen if not o["success"])
+                cells.append(f'<td class="fail sev-{_e(severity)}">✗ {_e(severity)} ({unexpected})</td>')
+        body.append(f"<tr><th>{_e(name)}</th>{''.join(cells)}</tr>")
+
+    def totals(label: str, key: str) -> str:
+        values = "".join(f"<td>{sum(int(b.get(key) or 0) for b in batches)}</td>" for _, batches in chosen)
+        return f"<tr class=\"totals\"><th>{label}</th>{values}</tr>"
+
+    docs, airflow = [], []
+    for run_id, batches in chosen:
+        link = _relative_link(batches[0].get("report_path"))  # the run's newest batch
+        docs.append(f'<td><a href="{_e(link)}">Data Docs</a></td>' if link else "<td></td>")
+        # Airflow 3's UI route for a DAG run (the index is served by the Airflow plugin on the same host).
+        url = f"/dags/{quote(pipeline, safe='')}/runs/{quote(run_id, safe='')}"
+        airflow.append(f'<td><a href="{_e(url)}">Airflow run</a></td>' if "__" in run_id else "<td>–</td>")
+    return (
+        f'<table class="history"><caption>last {len(chosen)} run(s), newest first</caption>'
+        f"<thead><tr><th>expectation</th>{head}</tr></thead><tbody>{''.join(body)}"
+        f"{totals('rows validated', 'element_count')}{totals('rows set aside (dropped or quarantined)', 'rows_dropped')}"
+        f"<tr><th>report</th>{''.join(docs)}</tr><tr><th>Airflow</th>{''.join(airflow)}</tr></tbody></table>"
     )
 
 
@@ -158,6 +214,10 @@ tr.passed td.outcome {{ color: #2e7d32; }}
 tr.quarantined td.outcome {{ color: #6a1b9a; font-weight: bold; }}
 .sev-fail {{ color: #c62828; font-weight: bold; }} .sev-drop {{ color: #6a1b9a; }} .sev-warn {{ color: #f9a825; }}
 pre {{ white-space: pre-wrap; font-size: 12px; margin: 0; }}
+table.history {{ width: auto; }} table.history caption {{ text-align: left; color: #555; padding: 4px 0; }}
+table.history thead th {{ font-weight: normal; font-size: 12px; }} tr.totals td {{ text-align: right; }}
+td.pass {{ color: #2e7d32; }} td.fail {{ font-weight: bold; }} td.sev-fail {{ color: #c62828; }}
+td.sev-warn {{ color: #f9a825; }} td.sev-drop {{ color: #6a1b9a; }} td.none {{ color: #999; }}
 </style></head>
 <body><h1>millpond data-quality gate</h1>
 <p>{count} validated batches. Each run validates only the rows it adds; a failed <code>fail</code> expectation
@@ -165,3 +225,118 @@ keeps the batch out of the table and everything downstream.</p>
 {body}
 </body></html>
 """
+
+
+# ---------------------------------------------------------------------------------------------- offline Data Docs
+
+# What GX 1.24's Data Docs pages load from CDNs, and the same file in a WebJar (build/report-assets.pom.xml, which
+# `make report-assets` unpacks under .cache/report-assets). The few without a WebJar are dropped (see the pom).
+_WEBJARS = "META-INF/resources/webjars"
+VENDORED = {
+    "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css": "bootstrap/4.3.1/css/bootstrap.min.css",
+    "https://stackpath.bootstrapcdn.com/bootstrap/4.3.1/js/bootstrap.min.js": "bootstrap/4.3.1/js/bootstrap.min.js",
+    "https://code.jquery.com/jquery-3.7.1.min.js": "jquery/3.7.1/jquery.min.js",
+    "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js":
+        "popper.js/1.12.9/dist/umd/popper.min.js",
+    "https://cdnjs.cloudflare.com/ajax/libs/font-awesome/6.6.0/css/all.min.css": "font-awesome/6.6.0/css/all.min.css",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.css":
+        "bootstrap-table/1.19.1/dist/bootstrap-table.min.css",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.js":
+        "bootstrap-table/1.19.1/dist/bootstrap-table.min.js",
+    "https://unpkg.com/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.css":
+        "bootstrap-table/1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.css",
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js":
+        "bootstrap-table/1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js",
+    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css":
+        "bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css",
+    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js":
+        "bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js",
+}  # fmt: skip
+_FOLDERS = ("font-awesome/6.6.0/webfonts",)  # what a vendored stylesheet loads by relative URL
+_EXTERNAL_IMAGE = re.compile(r"""(<img\b[^>]*?\bsrc=["'])https?://[^"'?]*?/([\w.-]+)(?:\?[^"']*)?(["'])""", re.I)
+# GX links the favicon of a validation page one folder short of the site root: every static image, re-pointed.
+_STATIC_IMAGE = re.compile(r"""(\b(?:src|href)=["'])(?:\.\./)*static/images/([\w.-]+)(["'])""", re.I)
+_EXTERNAL_TAG = re.compile(r"""<(?:script|link)\b[^>]*?\b(?:src|href)=["']https?://[^>]*>(?:\s*</script>)?""", re.I)
+_SRI = re.compile(r"""\s+(?:integrity|crossorigin)=["'][^"']*["']""", re.I)
+
+
+def report_assets_dir() -> Path:
+    return Path(os.environ.get("MILLPOND_REPORT_ASSETS") or paths.REPO_ROOT / ".cache" / "report-assets").resolve()
+
+
+def vendor_dir(docs: Path) -> Path:
+    return docs / "static" / "vendor"
+
+
+def copy_assets(docs: Path) -> Path | None:
+    """The vendored files under the Data Docs site (once per site), so pages work from file:// and the plugin.
+
+    None (and a warning) when they were never fetched: a report styled from CDNs is no reason to fail a gate.
+    """
+    source, target = report_assets_dir() / _WEBJARS, vendor_dir(docs)
+    missing = [name for name in VENDORED.values() if not (source / name).is_file()]
+    if missing:
+        print(f"millpond: warning: report assets not found in {source} (e.g. {missing[0]}): Data Docs pages keep "
+              "loading their styles and scripts from CDNs. Fix: `make report-assets` (mvn, Maven Central)",
+              file=sys.stderr)  # fmt: skip
+        return None
+    # GX's own static files (its stylesheet, favicon, and the logo its pages fetch from S3), from the installed
+    # package: GX copies them only when it builds its index, which would drop earlier runs' pages (quality.py).
+    gx_static = _gx_static()
+    if gx_static and not (docs / "static" / "images").exists():
+        shutil.copytree(gx_static, docs / "static", dirs_exist_ok=True)
+    for name in [*VENDORED.values(), *_FOLDERS]:
+        if not (target / name).exists():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            copy = shutil.copytree if (source / name).is_dir() else shutil.copyfile
+            copy(source / name, target / name)
+    return target
+
+
+def localize_page(page: Path, docs: Path) -> None:
+    """Point a Data Docs page at the vendored files; drop what loads from the internet and has no local copy."""
+    text = page.read_text(encoding="utf-8")
+    vendor = Path(os.path.relpath(vendor_dir(docs), page.parent)).as_posix()
+
+    def local(match: re.Match) -> str:
+        tag = match.group(0)
+        url = next((u for u in VENDORED if u in tag), None)
+        return _SRI.sub("", tag.replace(url, f"{vendor}/{VENDORED[url]}")) if url else ""
+
+    images = Path(os.path.relpath(docs / "static" / "images", page.parent)).as_posix()
+
+    def image(match: re.Match) -> str:
+        name = match.group(2)
+        found = (docs / "static" / "images" / name).is_file()
+        return f"{match.group(1)}{images}/{name}{match.group(3)}" if found else f"{match.group(1)}data:,{match.group(3)}"
+
+    localized = _EXTERNAL_IMAGE.sub(image, _EXTERNAL_TAG.sub(local, text))
+    localized = _STATIC_IMAGE.sub(lambda m: f"{m.group(1)}{images}/{m.group(2)}{m.group(3)}", localized)
+    if localized != text:
+        page.write_text(localized, encoding="utf-8")
+
+
+def _gx_static() -> Path | None:
+    """great_expectations/render/view/static of the installed package (found without importing GX)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("great_expectations")
+    if spec is None or not spec.origin:
+        return None
+    folder = Path(spec.origin).parent / "render" / "view" / "static"
+    return folder if folder.is_dir() else None
+
+
+def localize_data_docs(docs: Path, pages: list[Path]) -> None:
+    """Data Docs that render offline: GX's pages load Bootstrap, jQuery, Font Awesome... from CDNs."""
+    if copy_assets(docs) is None:
+        return
+    for page in pages:
+        if page.is_file():
+            localize_page(page, docs)
+
+
+def external_loads(page: Path) -> list[str]:
+    """The stylesheets, scripts and images a page would load from the internet (none, for a localized page)."""
+    tags = re.findall(r"""<(?:script|link|img)\b[^>]*>""", page.read_text(encoding="utf-8"), re.I)
+    return [t for t in tags if re.search(r"""\b(?:src|href)=["'](?:https?:)?//""", t, re.I)]

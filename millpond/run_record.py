@@ -42,6 +42,8 @@ class TableResult:
     # reads, addBatch = the write, walCommit/commitOffsets = checkpoint commits): where a slow run's time went.
     durations_ms: dict[str, int] = field(default_factory=dict)
     input_unchanged: bool = False  # source as it was when the last finished run started: no query was started
+    # Why there was nothing to read yet, e.g. "nothing has landed in landing/impressions yet": no query was started.
+    nothing_yet: str | None = None
     watermark: datetime | None = None  # event-time watermark after the run's last batch (tables with a watermark)
     processed_rows_per_second: float | None = None  # input rows over the batches' summed durations
 

@@ -1259,16 +1259,8 @@ def environment_problems(pipeline: Pipeline, table_ids: list[str]) -> list[str]:
     Not at load time: Airflow parses the spec where the broker's address may not be set, and a spec must not hard-code
     where a cluster lives.
     """
-    settings = []
-    for table_id in table_ids:
-        table = pipeline.tables[table_id]
-        source = pipeline.sources.get(table.source)
-        if isinstance(source, KafkaSource):
-            settings.append((f"sources.{source.name}.bootstrap_servers", source.bootstrap_servers))
-        if table.sink.is_kafka:
-            settings.append((f"tables.{table.id}.sink.bootstrap_servers", table.sink.bootstrap_servers or ""))
     problems = []
-    for where, text in dict(settings).items():
+    for where, text in _kafka_settings(pipeline, table_ids).items():
         match = _ENV_REF.match(text)
         value = resolve_setting(text)
         if match and not value:
@@ -1283,6 +1275,26 @@ def environment_problems(pipeline: Pipeline, table_ids: list[str]) -> list[str]:
             problems.append(f"{pipeline.spec_path}: {where}: no Kafka broker answers on {value}{named}. Fix: start "
                             f"the broker (on this machine: make kafka-up) or point the setting at a running one")  # fmt: skip
     return problems
+
+
+def _kafka_settings(pipeline: Pipeline, table_ids: list[str]) -> dict[str, str]:
+    """Each Kafka address the tables need: {spec field: its text as written (maybe `${NAME}`)}."""
+    settings = []
+    for table_id in table_ids:
+        table = pipeline.tables[table_id]
+        source = pipeline.sources.get(table.source)
+        if isinstance(source, KafkaSource):
+            settings.append((f"sources.{source.name}.bootstrap_servers", source.bootstrap_servers))
+        if table.sink.is_kafka:
+            settings.append((f"tables.{table.id}.sink.bootstrap_servers", table.sink.bootstrap_servers or ""))
+    return dict(settings)
+
+
+def unset_environment(pipeline: Pipeline) -> list[str]:
+    """The `${NAME}` variables the pipeline's Kafka addresses name that are not set here (no network: DAG parsing)."""
+    names = [match.group(1) for text in _kafka_settings(pipeline, list(pipeline.tables)).values()
+             if (match := _ENV_REF.match(text.strip())) and not resolve_setting(text)]  # fmt: skip
+    return sorted(set(names))
 
 
 def _accepts(server: str, timeout: float = 3.0) -> bool:

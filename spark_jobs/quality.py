@@ -296,8 +296,10 @@ def _gx_validate(suite: Suite, batch: DataFrame, table: Table, pipeline: str, ru
                             resource_identifiers=[ExpectationSuiteIdentifier(name=suite.name)])  # fmt: skip
     _home_redirect(docs)
     urls = context.get_docs_sites_urls(resource_identifier=identifier, site_names=[SITE])
-    page = urls[0]["site_url"] if urls else ""
-    return results, unquote(page.removeprefix("file://"))
+    page = unquote((urls[0]["site_url"] if urls else "").removeprefix("file://"))
+    suite_page = docs / "expectations" / Path(*suite.name.split(".")).with_suffix(".html")
+    reports.localize_data_docs(docs, [Path(page), suite_page] if page else [suite_page])
+    return results, page
 
 
 def _run_checkpoint(context, definition, asset_name: str, suite: Suite, batch: DataFrame, run_id,

@@ -19,7 +19,7 @@ from pathlib import Path
 from millpond import checkpoints, driver_jit, event_log, file_sink_log, paths, speedups, warm_driver
 from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.run_record import RunContext, TableResult
-from millpond.spec import LAYERS, Pipeline, SpecError, environment_problems, load_pipeline
+from millpond.spec import LAYERS, Pipeline, SpecError, Table, environment_problems, load_pipeline
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,7 +45,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _timestamp(text: str) -> datetime | None:
-    if not text or text == "None":
+    """An ISO timestamp, or None for a run without a data interval (Airflow passes `none`)."""
+    if not text or text.lower() == "none":
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -138,6 +139,9 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
         for result in idle:
             print(format_result(result), flush=True)
         print("millpond: no table has anything new: no Spark application started")
+        for result in idle:
+            if result.nothing_yet:
+                print(f"millpond: {result.table}: {result.nothing_yet}; it runs once there is something to read")
         return record_run(pipeline, run, idle, phases, args)
     if not spark_allowed:
         return NEEDS_SPARK
@@ -177,6 +181,11 @@ def _run_locked(pipeline: Pipeline, tables: list[str], refresh: list[str], args:
                 results.append(TableResult(table_id, table.layer, datetime.now(UTC), ended_at=datetime.now(UTC),
                                            outcome="skipped", error=f"upstream run stopped at {failed}"))  # fmt: skip
                 continue
+            waiting = nothing_to_read(pipeline, table)
+            if waiting:  # asked again here: an upstream table of this run may just have written its first version
+                results.append(nothing_yet_result(table, waiting))
+                print(format_result(results[-1]), flush=True)
+                continue
             try:
                 result = run_table(spark, pipeline, table, run, table_id in refresh, listener)
             except TableFailed as exc:
@@ -209,8 +218,47 @@ def driver_jit_line(chosen: driver_jit.DriverJit, in_effect: str, huge_methods: 
     return f"millpond: driver JIT {name}: {why}"
 
 
+def nothing_to_read(pipeline: Pipeline, table: Table) -> str | None:
+    """Why the table has nothing to read yet, or None: its landing folder is missing or holds no file, or its
+    upstream table (or a side of its join) has no version yet.
+
+    Such a table is not started: Spark would fail on the missing path (`PATH_NOT_FOUND`, a Delta table that is not
+    one), and waiting loses nothing, since the table's checkpoint has not read anything of what is to come.
+    A Kafka topic is not asked (that takes a Kafka client, i.e. the JVM): its query runs and finds what it finds.
+    A missing lookup dimension is not a wait but an error naming the path (streaming.py): its stream has rows, and
+    joining them with no dimension would write them unattributed.
+    """
+    if table.reads_kafka:
+        return None
+    if table.reads_landing:
+        why = _nothing_landed(pipeline, table.source)
+        if why:
+            return why
+    else:
+        for upstream in table.upstreams:
+            if upstream in pipeline.tables and file_sink_log.table_version(pipeline.tables[upstream]) < 0:
+                return f"{upstream} has no data yet"
+    return None
+
+
+def _nothing_landed(pipeline: Pipeline, source_id: str) -> str | None:
+    relative = pipeline.sources[source_id].path
+    root = paths.landing_path(relative)
+    if checkpoints.landed_files(root):
+        return None
+    return f"nothing has landed in {relative} yet" + ("" if root.is_dir() else f" (no folder {root})")
+
+
+def nothing_yet_result(table: Table, why: str) -> TableResult:
+    now = datetime.now(UTC)
+    version = file_sink_log.table_version(table)
+    return TableResult(table.id, table.layer, now, ended_at=now, version_before=version, version_after=version,
+                       outcome="succeeded", nothing_yet=why)  # fmt: skip
+
+
 def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableResult] | None:
-    """Every table's result when none has anything new since its last finished run, else None.
+    """Every table's result when none has anything new since its last finished run (or nothing to read at all yet),
+    else None.
 
     Decided from file listings, the Delta logs and the checkpoints (no JVM), in dependency order: nothing is
     written, so each upstream version read here is the one its downstream table's last run read. A checkpoint
@@ -219,6 +267,13 @@ def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableR
     results = []
     for table_id in tables:
         table, started = pipeline.tables[table_id], datetime.now(UTC)
+        try:
+            waiting = nothing_to_read(pipeline, table)
+        except OSError:
+            return None
+        if waiting:
+            results.append(nothing_yet_result(table, waiting))
+            continue
         try:
             checkpoints.verify(pipeline, table)
             previous = checkpoints.nothing_new(pipeline, table, checkpoints.input_fingerprint(pipeline, table))
@@ -299,6 +354,7 @@ def format_result(r) -> str:
         f"quarantined={r.rows_quarantined} late_dropped={r.rows_dropped_by_watermark} "
         f"version={r.version_before}->{r.version_after} {r.seconds:.1f}s  {paths.table_path(r.table)}"
         + ("  (nothing new since its last run: query not started)" if r.input_unchanged else "")
+        + (f"  ({r.nothing_yet}: query not started)" if r.nothing_yet else "")
     )
 
 

@@ -6,6 +6,7 @@ broken setup, and a skipped test would hide that the reports were never looked a
 
 from __future__ import annotations
 
+import html
 import shutil
 import subprocess
 from pathlib import Path
@@ -69,3 +70,49 @@ def test_data_docs_and_index_render_and_name_the_failing_expectation(spark, lake
     shot = tmp_path / "index.png"
     render(reports.index_path().as_uri(), tmp_path / "profile", screenshot=shot)
     assert shot.stat().st_size > 5000  # a rendered page, not a blank one
+
+
+# Appended to a copy of a Data Docs page (same folder, so its relative links hold): what the browser computed.
+PROBE = """<pre id="millpond-probe"></pre><script>
+const body = getComputedStyle(document.body);
+document.getElementById("millpond-probe").textContent = JSON.stringify({
+  margin: body.marginTop, font: body.fontFamily, jquery: typeof window.jQuery,
+  bootstrapTable: typeof (window.jQuery && window.jQuery.fn.bootstrapTable),
+  icons: [...document.querySelectorAll("i.fas, i.fa")].map(i => getComputedStyle(i).fontFamily).slice(0, 1)});
+</script></body>"""
+
+
+def test_data_docs_load_nothing_from_the_internet_and_render_styled(spark, lake, tmp_path):
+    """GX's pages load Bootstrap, jQuery and Font Awesome from CDNs: offline they were unstyled text. Now every
+    stylesheet and script is a local file next to the Data Docs, and a real browser applies them."""
+    import json
+    import re
+
+    from spark_jobs.quality import Gate
+
+    table = load_pipeline("activity").tables["silver.activity"]
+    batch = spark.sql(
+        "SELECT * FROM VALUES ('nexus4_1', 1L, TIMESTAMP'2026-11-01 00:00:01', 'fly', 0.1D, 0.2D, 9.8D)"
+        " AS t(Device, Index, Recorded_At, gt, x, y, z)"
+    )
+    gate = Gate(spark, "activity", table, "offline-run")
+    report = gate.validate(batch, 0)
+    gate.publish(report)
+    page = Path(report.report_path)
+    suite_page = reports.docs_dir() / "expectations" / "activity" / "silver" / "activity.html"
+    for shown in (page, suite_page, reports.index_path()):
+        assert reports.external_loads(shown) == [], shown
+        text = shown.read_text()
+        local = re.findall(r"""<(?:script|link)\b[^>]*?\b(?:src|href)=["']([^"'#]+)["']""", text)
+        assert all((shown.parent / ref).resolve().is_file() for ref in local), [
+            ref for ref in local if not (shown.parent / ref).resolve().is_file()]  # fmt: skip
+    assert "vendor/bootstrap/4.3.1/css/bootstrap.min.css" in page.read_text()
+
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text().replace("</body>", PROBE, 1))
+    dom = render(probe.as_uri(), tmp_path / "profile")
+    seen = json.loads(html.unescape(re.search(r'<pre id="millpond-probe">(.*?)</pre>', dom, re.S).group(1)))
+    # Bootstrap's reboot, not the browser's defaults (8px margin, Times); its scripts and the icon font loaded.
+    assert seen["margin"] == "0px" and "Times" not in seen["font"], seen
+    assert seen["jquery"] == "function" and seen["bootstrapTable"] == "function", seen
+    assert all("Font Awesome" in family for family in seen["icons"]), seen

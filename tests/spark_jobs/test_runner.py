@@ -212,3 +212,53 @@ def test_a_batch_of_many_landing_files_is_listed_by_the_driver_not_by_a_spark_jo
     assert event_log(spark, "many-files")["bronze.activity"].rows_in == 800
     assert read(spark, "bronze.activity").select("_source_file").distinct().count() == 40
     assert [d for d in spark_job_descriptions(spark) if "Listing leaf files" in d] == []
+
+
+def test_a_fresh_lake_is_a_successful_run_that_writes_nothing_and_says_why_without_a_jvm(lake, capsys):
+    """Nothing landed yet (no folder, or an empty one): decided before any JVM, as the nothing-new check is."""
+    from tests.spark_jobs.test_joins import TABLES as CLICKS_TABLES
+
+    (lake / "landing" / "clicks").mkdir(parents=True)  # an empty folder; landing/impressions does not exist at all
+    assert runner.main(["clicks", "--run-id", "fresh"], spark_allowed=False) == 0  # not NEEDS_SPARK: no JVM
+    out = capsys.readouterr().out
+    assert "millpond: bronze.impressions: nothing has landed in landing/impressions yet" in out, out
+    assert "millpond: bronze.clicks: nothing has landed in landing/clicks yet;" in out, out
+    summary = run_summary.load("clicks", "fresh")
+    why = {t["table"]: (t["outcome"], t["rows_written"], t["nothing_yet"]) for t in summary["tables"]}
+    assert why == {
+        "bronze.impressions": ("succeeded", 0, f"nothing has landed in landing/impressions yet (no folder "
+                                               f"{lake / 'landing' / 'impressions'})"),
+        "bronze.clicks": ("succeeded", 0, "nothing has landed in landing/clicks yet"),
+        "silver.impression_clicks": ("succeeded", 0, "bronze.impressions has no data yet"),
+        "gold.ad_clicks": ("succeeded", 0, "silver.impression_clicks has no data yet"),
+        "gold.campaign_ctr": ("succeeded", 0, "silver.impression_clicks has no data yet"),
+    }, why  # fmt: skip
+    assert set(why) == set(CLICKS_TABLES)
+    assert not any((lake / layer).exists() for layer in ("bronze", "silver", "gold")), "a table was created"
+    assert not (lake / "_checkpoints").exists(), "a checkpoint was started"
+
+
+def test_a_table_whose_source_has_not_landed_waits_and_loses_nothing(spark, lake, capsys):
+    """Clicks landed, impressions not yet: bronze.clicks is ingested, the join and gold wait (no PATH_NOT_FOUND);
+    once impressions land, the next run joins everything, exactly as if both had landed together."""
+    import shutil
+
+    from tests.spark_jobs.test_joins import ROUNDS, gold_reference, read_gold, read_joined, reference
+    from tests.spark_jobs.test_joins import land as land_clicks
+
+    land_clicks(lake, 0)
+    held_back = lake.parent / "impressions-later"
+    shutil.move(lake / "landing" / "impressions", held_back)
+    assert runner.main(["clicks", "--run-id", "clicks-only"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing has landed in landing/impressions yet" in out, out
+    outcomes = {t["table"]: (t["outcome"], t["rows_written"] > 0) for t in run_summary.load("clicks", "clicks-only")["tables"]}
+    assert outcomes == {"bronze.impressions": ("succeeded", False), "bronze.clicks": ("succeeded", True),
+                        "silver.impression_clicks": ("succeeded", False), "gold.ad_clicks": ("succeeded", False),
+                        "gold.campaign_ctr": ("succeeded", False)}, outcomes  # fmt: skip
+
+    shutil.move(held_back, lake / "landing" / "impressions")
+    assert runner.main(["clicks", "--run-id", "both"]) == 0
+    expected = reference(ROUNDS[:1])
+    assert read_joined(spark) == expected
+    assert read_gold(spark) == gold_reference(expected)
