@@ -62,6 +62,20 @@ def _commit_versions(log: Path) -> list[int]:
     return [int(p.name[:20]) for p in log.glob("*.json") if len(p.name) == 25 and p.name[:20].isdigit()]
 
 
+def committed_batch_in(path: Path, after: int, app_id: str, batch_id: int) -> bool:
+    """Whether a commit after version `after` carries Delta's `txn` action for this app and batch: how a writer
+    learns that its own write committed (Delta records even an empty append that has one) and was not skipped as a
+    replay, whatever other writers committed meanwhile."""
+    log = Path(path) / "_delta_log"
+    for version in sorted(v for v in _commit_versions(log) if v > after):
+        for line in (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
+            if '"txn"' in line:
+                txn = json.loads(line).get("txn") or {}
+                if txn.get("appId") == app_id and txn.get("version") == batch_id:
+                    return True
+    return False
+
+
 def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> int:
     """Rows committed in versions (after, upto], from each commit's `operationMetrics.numOutputRows`.
 

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from millpond import paths
+from millpond.run_record import is_cli_run_id
 
 
 def reports_dir(root: Path | None = None) -> Path:
@@ -167,7 +168,8 @@ def _run_history(pipeline: str, runs: list[dict[str, Any]], last: int = HISTORY_
         docs.append(f'<td><a href="{_e(link)}">Data Docs</a></td>' if link else "<td></td>")
         # Airflow 3's UI route for a DAG run (the index is served by the Airflow plugin on the same host).
         url = f"/dags/{quote(pipeline, safe='')}/runs/{quote(run_id, safe='')}"
-        airflow.append(f'<td><a href="{_e(url)}">Airflow run</a></td>' if "__" in run_id else "<td>–</td>")
+        from_airflow = "__" in run_id and not is_cli_run_id(run_id)
+        airflow.append(f'<td><a href="{_e(url)}">Airflow run</a></td>' if from_airflow else "<td>–</td>")
     return (
         f'<table class="history"><caption>last {len(chosen)} run(s), newest first</caption>'
         f"<thead><tr><th>expectation</th>{head}</tr></thead><tbody>{''.join(body)}"
@@ -288,8 +290,10 @@ def copy_assets(docs: Path) -> Path | None:
     for name in [*VENDORED.values(), *_FOLDERS]:
         if not (target / name).exists():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
-            copy = shutil.copytree if (source / name).is_dir() else shutil.copyfile
-            copy(source / name, target / name)
+            if (source / name).is_dir():  # two gates may copy into one lake at once
+                shutil.copytree(source / name, target / name, dirs_exist_ok=True)
+            else:
+                shutil.copyfile(source / name, target / name)
     return target
 
 

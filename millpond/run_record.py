@@ -8,6 +8,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+CLI_RUN_ID_FORMAT = "manual__%Y-%m-%dT%H:%M:%S.%fZ"  # a `millpond run` without --run-id; Airflow's ids end "+00:00"
+
+
+def cli_run_id() -> str:
+    return datetime.now(UTC).strftime(CLI_RUN_ID_FORMAT)
+
+
+def is_cli_run_id(run_id: str) -> bool:
+    """Whether the run was started by `millpond run` itself (no Airflow run to link to)."""
+    try:
+        datetime.strptime(run_id, CLI_RUN_ID_FORMAT)
+    except ValueError:
+        return False
+    return True
+
 
 @dataclass
 class RunContext:

@@ -10,7 +10,7 @@ skips that batch id on a replay.
 Only a table that delta-rs writes exactly as Spark would takes this path: one that exists, with no table features
 beyond writer version 2, no partitions, only the properties in system_tables.EXACT_PROPERTIES, not append-only, and
 the batch's schema (names and types); and only a batch of at most SMALL_ROWS rows, counted before it is collected
-(BatchWriter.write_small_overwrite). Anything else, and the first write, which creates the table, goes through Spark.
+(BatchWriter.write). Anything else, and the first write, which creates the table, goes through Spark.
 MILLPOND_DELTA_RS_COMMITS=off sends every overwrite through Spark.
 """
 
@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from millpond.system_tables import CHECKPOINT_INTERVAL, driver_writable, open_table
+from millpond.system_tables import checkpoint_as_spark_does, driver_writable, open_table
 
 SMALL_ROWS = 100_000  # the most rows of a batch collected to the driver as Arrow: a few MB for an aggregate
 
@@ -47,12 +47,6 @@ def _shape(schema: dict[str, Any]) -> Any:
     return schema
 
 
-def committed_batch(table, app_id: str) -> int | None:
-    """The newest batch id the app committed to the table: Delta's transaction state in the loaded snapshot, which
-    checkpoints keep, so log cleanup never loses it."""
-    return table.transaction_version(app_id)
-
-
 def overwrite(table, data, app_id: str, batch_id: int) -> None:
     """Replace the table's rows with `data` (Arrow) in one commit that names the app and batch."""
     import pyarrow as pa
@@ -62,6 +56,4 @@ def overwrite(table, data, app_id: str, batch_id: int) -> None:
     write_deltalake(table, rows, mode="overwrite", commit_properties=CommitProperties(
         app_transactions=[Transaction(app_id, batch_id)]),
         post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))  # delta-rs's interval is 100
-    interval = int(table.metadata().configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
-    if table.version() % interval == 0:
-        table.create_checkpoint()
+    checkpoint_as_spark_does(table)

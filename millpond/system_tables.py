@@ -37,9 +37,17 @@ def append(path: Path, columns: Sequence[tuple[str, str]], rows: list[dict[str, 
                     commit_properties=CommitProperties(app_transactions=transactions,
                                                        custom_metadata={"isBlindAppend": True}))  # fmt: skip
     table = DeltaTable(str(path))
-    if table.version() % CHECKPOINT_INTERVAL == 0:
-        table.create_checkpoint()
+    checkpoint_as_spark_does(table)
     return table.version()
+
+
+def checkpoint_as_spark_does(table) -> None:
+    """A checkpoint every `delta.checkpointInterval` commits, then the cleanup of log files older than
+    `delta.logRetentionDuration`, as delta-spark does after a commit (delta-rs's own post-commit interval is 100)."""
+    interval = int(table.metadata().configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
+    if table.version() % interval == 0:
+        table.create_checkpoint()
+        table.cleanup_metadata()
 
 
 def open_table(path: Path):
@@ -56,12 +64,13 @@ def open_table(path: Path):
 
 
 def driver_writable(table) -> bool:
-    """No table features beyond reader version 1 and writer version 2, no partitions, and only EXACT_PROPERTIES:
-    delta-rs writes it as Spark would."""
+    """No table features beyond reader version 1 and writer version 2, no partitions, and no `delta.*` property but
+    EXACT_PROPERTIES (a user's own property, `owner` say, changes nothing Delta writes): delta-rs writes it as Spark
+    would."""
     protocol = table.protocol()
     metadata = table.metadata()
     return (protocol.min_reader_version <= 1 and protocol.min_writer_version <= 2 and not metadata.partition_columns
-            and all(key in EXACT_PROPERTIES for key in metadata.configuration))  # fmt: skip
+            and all(key in EXACT_PROPERTIES for key in metadata.configuration if key.startswith("delta.")))  # fmt: skip
 
 
 def arrow_schema(columns: Sequence[tuple[str, str]]):

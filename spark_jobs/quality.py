@@ -21,6 +21,7 @@ great_expectations is imported lazily here (≈3 s): only runs that reach a gate
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -298,7 +299,10 @@ def _gx_validate(suite: Suite, batch: DataFrame, table: Table, pipeline: str, ru
     urls = context.get_docs_sites_urls(resource_identifier=identifier, site_names=[SITE])
     page = unquote((urls[0]["site_url"] if urls else "").removeprefix("file://"))
     suite_page = docs / "expectations" / Path(*suite.name.split(".")).with_suffix(".html")
-    reports.localize_data_docs(docs, [Path(page), suite_page] if page else [suite_page])
+    try:
+        reports.localize_data_docs(docs, [Path(page), suite_page] if page else [suite_page])
+    except OSError as exc:  # styling a report never fails a gate: the page still reads, with CDN links
+        print(f"millpond: warning: Data Docs under {docs} keep their CDN links ({exc})", file=sys.stderr)
     return results, page
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from millpond import checkpoints, driver_jit, event_log, file_sink_log, paths, speedups, warm_driver
 from millpond.lock import LakeNotWritable, PipelineBusy, pipeline_lock
-from millpond.run_record import RunContext, TableResult
+from millpond.run_record import RunContext, TableResult, cli_run_id
 from millpond.spec import LAYERS, Pipeline, SpecError, Table, environment_problems, load_pipeline
 
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     except SpecError as exc:
         print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
         return 2
-    run_id = args.run_id or f"manual__{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+    run_id = args.run_id or cli_run_id()
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
             code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed and not hand_over)
@@ -210,11 +210,10 @@ def driver_jit_for(argv: list[str]) -> driver_jit.DriverJit:
 
 def driver_jit_line(chosen: driver_jit.DriverJit, in_effect: str, huge_methods: bool) -> str:
     """What the driver JVM actually runs with (read from the JVM), and why when it is what this run chose."""
-    if chosen.mode == "off":
-        return f"millpond: driver JIT off (HotSpot's defaults): {chosen.reason}"
     name = {"quick": "quick (C1 only", "full": "full (tiered C1 + C2"}[in_effect]
     name += ", methods of any size)" if huge_methods else ", no method over 8,000 bytes)"
-    why = chosen.reason if chosen.mode == in_effect else "set by the JVM's launcher, not by this run"
+    asked = "full" if chosen.mode == "off" else chosen.mode  # off: HotSpot's default tiered JIT, no option
+    why = chosen.reason if asked == in_effect else "set by the JVM's launcher, not by this run"
     return f"millpond: driver JIT {name}: {why}"
 
 

@@ -29,8 +29,8 @@ from pyspark.sql.types import BinaryType
 from pyspark.sql.utils import CapturedException
 
 from millpond import checkpoints, file_sink_log, paths, small_overwrite, system_tables
+from millpond.delta_log import committed_batch_in, rows_added
 from millpond.delta_log import latest_version as delta_version
-from millpond.delta_log import rows_added
 from millpond.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table, resolve_setting
 from millpond.speedups import DELTA_RS_COMMITS
@@ -135,43 +135,36 @@ class BatchWriter:
 
         Every commit carries Delta's `txn` action (app id = the checkpoint's query id, version = the batch id), and
         Delta itself skips a batch whose id the app already committed to the table: its transaction state lives in
-        every checkpoint, so log cleanup never forgets it. With `txn` set Delta records even an empty append, so a
-        version that did not advance means Delta skipped the write and ran no plan. A small complete-mode overwrite
-        may be committed by delta-rs (`write_small_overwrite`) with the same `txn` action.
+        every checkpoint, so log cleanup never forgets it. A small complete-mode overwrite may be committed by
+        delta-rs from the driver (millpond.small_overwrite) with the same action: the batch is counted from a cache
+        before anything reaches the driver, and Spark writes a larger one from the same cache.
         """
-        if mode == "overwrite" and (written := self.write_small_overwrite(df, path, batch_id)) is not None:
-            return written
-        before = delta_version(Path(path))
-        (df.write.format("delta").mode(mode)
-         .option("mergeSchema", str(self.merge_schema and path == self.path).lower())
-         .option("txnAppId", self.app_id).option("txnVersion", batch_id)
-         .save(path))  # fmt: skip
-        return delta_version(Path(path)) > before
-
-    def write_small_overwrite(self, df: DataFrame, path: str, batch_id: int) -> bool | None:
-        """A complete-mode result committed by delta-rs from the driver (millpond.small_overwrite), or None when
-        Spark must write it: the speed-up is off (MILLPOND_DELTA_RS_COMMITS), the table is one delta-rs would not
-        write exactly as Spark does, or the batch has more than SMALL_ROWS rows. The batch is counted from a cache
-        before anything reaches the driver, and Spark then writes a large one from the same cache."""
-        if not DELTA_RS_COMMITS.enabled():
-            return None
-        table = small_overwrite.table_to_overwrite(Path(path), df.schema.jsonValue())
+        table = None
+        if mode == "overwrite" and DELTA_RS_COMMITS.enabled():
+            table = small_overwrite.table_to_overwrite(Path(path), df.schema.jsonValue())
         if table is None:
-            return None
-        committed = small_overwrite.committed_batch(table, self.app_id)  # Delta's txn state for the app
+            return self.spark_write(df, path, mode, batch_id)
+        committed = table.transaction_version(self.app_id)  # Delta's transaction state, read by delta-rs
         if committed is not None and committed >= batch_id:
             return False  # Delta's rule: a batch id at or below the app's committed version is skipped
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             if df.count() > small_overwrite.SMALL_ROWS:
-                before = delta_version(Path(path))
-                (df.write.format("delta").mode("overwrite").option("txnAppId", self.app_id)
-                 .option("txnVersion", batch_id).save(path))  # fmt: skip
-                return delta_version(Path(path)) > before
+                return self.spark_write(df, path, mode, batch_id)
             small_overwrite.overwrite(table, df.toArrow(), self.app_id, batch_id)
             return True
         finally:
             df.unpersist()
+
+    def spark_write(self, df: DataFrame, path: str, mode: str, batch_id: int) -> bool:
+        """delta-spark's write with `txnAppId`/`txnVersion`; whether it committed is read from the commits it may
+        have made: one carrying this app's batch (another writer's commit, an OPTIMIZE say, can land meanwhile)."""
+        before = delta_version(Path(path))
+        (df.write.format("delta").mode(mode)
+         .option("mergeSchema", str(self.merge_schema and path == self.path).lower())
+         .option("txnAppId", self.app_id).option("txnVersion", batch_id)
+         .save(path))  # fmt: skip
+        return committed_batch_in(Path(path), before, self.app_id, batch_id)
 
     def write_merged(self, batch: DataFrame, batch_id: int) -> None:
         """Update mode: MERGE the batch's changed aggregate rows into the table on its keys.

@@ -116,7 +116,7 @@ class WarmDriver:
         self.stopping = False
         os.environ[warm_driver.SERVING_ENV] = "1"
         # The full JIT unless forced: C2's compiled code pays off over many runs (C1 only suits one short run).
-        jit_options = java_options("quick" if forced_mode() == "quick" else "full")
+        jit_options = java_options(forced_mode() if forced_mode() in ("quick", "off") else "full")
         self.spark = build_spark_session("millpond:warm-driver", driver_java_options=jit_options,
                                          launch_conf=RETENTION_CONF)  # fmt: skip
         self.jit = driver_jit_in_effect(self.spark)

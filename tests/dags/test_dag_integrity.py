@@ -103,6 +103,7 @@ def test_run_id_and_data_interval_reach_the_job_as_templated_arguments(dagbag):
     assert args["--trigger"] == "scheduled"
     assert args["--data-interval-start"] == "2026-11-01T01:00:00+00:00"
     assert args["--data-interval-end"] == "2026-11-01T02:00:00+00:00"
+    assert args["--full-refresh"] == ""
 
 
 def test_a_run_without_a_logical_date_renders_no_interval_in_every_task(dagbag, pipelines):

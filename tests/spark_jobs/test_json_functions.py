@@ -1,9 +1,10 @@
 """millpond's Spark functions (jvm/) against what they replace, computed another way, line by line.
 
 Bronze parses each json line with `millpond_parse_json_line` (from_json's parser fed the line's bytes) and finds the
-fields its schema does not name with `millpond_unknown_json_keys` (one scan of the bytes), whose values
-`millpond_json_fields` keeps. Here the first must give exactly from_json's row for every kind of line, and the others
-exactly the keys and values Python's json module reads.
+fields its schema does not name with `millpond_unknown_json_keys` (from_json's Jackson factory, values skipped), whose
+values `millpond_json_fields` keeps. Here the first must give exactly from_json's row for every kind of line, and the
+others exactly the keys and values Python's json module reads; then the whole parse against the standard path
+(MILLPOND_JSON_FUNCTIONS=off) on hostile lines.
 """
 
 from __future__ import annotations
@@ -194,7 +195,8 @@ HOSTILE_LINES = [
     '{"Index": 13, "ts": "2026-11-01 25:61:00", "day": "01/11/2026"}',  # parsed differently per time parser policy
     '{"Index": 14, "d": NaN, "f": "Infinity", "new": -Infinity, "big": 1e400}',
     '{"Device": "x"}',  # Index missing: NOT NULL
-    '{"Index": 15, "new": 1.50, "n2": 1e3, "n3": 123456789012345678901234567890, "n4": [1, "x", null, true]}',
+    '{"Index": 15, "new": 1.50, "n2": 1e3, "n3": 123456789012345678901234567890, "n4": [1, "x", null, true], '
+    '"n5": 123456789012345678901234567890123456789012, "n6": -98765432109876543210987654321098765432109}',
     '{"Index": 16, "": 1, " ": 2, "a.b": 3, "a`b": 4}',  # odd names
     '{"Index": 17, "x": 1} {"Index": 18}',  # two objects on a line
     '{"Index": 19, "x": 1,}',  # trailing comma

@@ -36,7 +36,7 @@ def test_an_overwrite_by_delta_rs_reads_back_in_spark_as_the_batch_it_was_given(
     batch = spark.createDataFrame(rows(40, offset=100), SCHEMA)
 
     table = small_overwrite.table_to_overwrite(path, batch.schema.jsonValue())
-    assert table is not None and small_overwrite.committed_batch(table, "app") == 0
+    assert table is not None and table.transaction_version("app") == 0
     small_overwrite.overwrite(table, batch.toArrow(), "app", 1)
 
     assert sorted_rows(spark.read.format("delta").load(str(path))) == sorted_rows(batch)

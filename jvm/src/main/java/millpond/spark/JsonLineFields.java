@@ -26,6 +26,9 @@ import org.apache.spark.unsafe.types.UTF8String;
 public final class JsonLineFields {
   // Writes the values found: plain JSON, whatever leniency the line was read with.
   private static final JsonFactory JSON = new JsonFactory();
+  private static final PerTask<JsonFactory> FACTORIES = new PerTask<>();
+  // The most digits of an integer Spark's variant keeps exactly (a DECIMAL(38, 0)); a longer one becomes a double.
+  private static final int VARIANT_MAX_DIGITS = 38;
 
   private JsonLineFields() {}
 
@@ -37,7 +40,8 @@ public final class JsonLineFields {
   public static UTF8String fieldsNamed(UTF8String line, ArrayData names, MapData options) {
     Set<String> wanted = JsonLineKeys.names(names);
     Map<String, String> found = null;
-    try (JsonParser parser = JsonLineParser.bytesParser(JsonLineKeys.factory(options), line)) {
+    try (JsonParser parser = JsonLineParser.bytesParser(
+        FACTORIES.get(options, null, () -> JsonLineKeys.factory(options)), line)) {
       if (parser.nextToken() != JsonToken.START_OBJECT) {
         return null;
       }
@@ -100,9 +104,17 @@ public final class JsonLineFields {
         generator.writeEndArray();
       }
       case VALUE_STRING -> generator.writeString(parser.getText());
-      // NaN and Infinity are no JSON numbers: kept as strings, so the column stays valid JSON. A number past
-      // double's range becomes "Infinity" too, as Spark's variant (the standard path) writes it.
-      case VALUE_NUMBER_INT -> generator.writeNumber(parser.getText());
+      // A number keeps its text, except where Spark's variant (the standard path) cannot keep its value: an integer
+      // of more than 38 digits becomes a double, and NaN, Infinity and a number past double's range become strings
+      // (they are no JSON numbers), so that both paths hold the same values.
+      case VALUE_NUMBER_INT -> {
+        String text = parser.getText();
+        if (text.length() - (text.startsWith("-") ? 1 : 0) > VARIANT_MAX_DIGITS) {
+          generator.writeNumber(parser.getDoubleValue());
+        } else {
+          generator.writeNumber(text);
+        }
+      }
       case VALUE_NUMBER_FLOAT -> {
         if (parser.isNaN()) {
           generator.writeString(parser.getText());

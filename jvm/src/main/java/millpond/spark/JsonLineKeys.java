@@ -34,9 +34,8 @@ public final class JsonLineKeys {
    */
   public static ArrayData unknownTopLevelKeys(UTF8String line, ArrayData known, MapData options) {
     Set<String> names = KNOWN.get(known, null, () -> names(known));
-    JsonFactory factory = factory(options);
     List<UTF8String> unknown = null;
-    try (JsonParser parser = JsonLineParser.bytesParser(factory, line)) {
+    try (JsonParser parser = JsonLineParser.bytesParser(FACTORIES.get(options, null, () -> factory(options)), line)) {
       if (parser.nextToken() != JsonToken.START_OBJECT) {
         return null;
       }
@@ -63,10 +62,9 @@ public final class JsonLineKeys {
     return unknown == null ? null : new GenericArrayData(unknown.toArray());
   }
 
-  /** from_json's Jackson factory for these options, built once per task (PerTask). */
+  /** from_json's Jackson factory for these options; each caller caches it per task (PerTask). */
   static JsonFactory factory(MapData options) {
-    return FACTORIES.get(options, null,
-        () -> JsonLineParser.jsonOptions(JsonLineParser.asMap(options)).buildJsonFactory());
+    return JsonLineParser.jsonOptions(JsonLineParser.asMap(options)).buildJsonFactory();
   }
 
   static Set<String> names(ArrayData names) {
