@@ -56,12 +56,12 @@ $(REPORT_ASSETS)/.fetched: build/report-assets.pom.xml
 	    -DoutputDirectory=$(CURDIR)/$(REPORT_ASSETS) -DexcludeTransitive=true -Dincludes='META-INF/resources/webjars/**'
 	touch $@
 
-# millpond's Spark functions (jvm/, registered by spark_jobs/session.py), compiled against the venv's pyspark.
+# millpond's Spark functions (jvm/, registered by millpond/engine/session.py), compiled against the venv's pyspark.
 jvm: $(JARS)/millpond-spark.jar
 $(JARS)/millpond-spark.jar: jvm/build.sh $(wildcard jvm/src/main/java/millpond/spark/*.java) $(VENV)/.installed
 	jvm/build.sh $(BIN)/python $@
 
-# A Kafka broker (KRaft, millpond/kafka_broker.py) for the tests and for `make kafka-up`: the kafka_2.13 jars and
+# A Kafka broker (KRaft, millpond/dev/kafka_broker.py) for the tests and for `make kafka-up`: the kafka_2.13 jars and
 # their transitive deps, kept apart from Spark's classpath.
 kafka-broker: $(KAFKA_BROKER)/.fetched
 $(KAFKA_BROKER)/.fetched: build/kafka-broker.pom.xml
@@ -77,9 +77,9 @@ $(KAFKA_BROKER)/.fetched: build/kafka-broker.pom.xml
 KAFKA_PORT ?= 9092
 KAFKA_HOME ?= $(CURDIR)/.cache/kafka
 kafka-up: setup kafka-broker
-	$(BIN)/python -m millpond.kafka_broker up --port $(KAFKA_PORT) --home "$(KAFKA_HOME)"
+	$(BIN)/python -m millpond.dev.kafka_broker up --port $(KAFKA_PORT) --home "$(KAFKA_HOME)"
 kafka-down:
-	$(BIN)/python -m millpond.kafka_broker down --home "$(KAFKA_HOME)"
+	$(BIN)/python -m millpond.dev.kafka_broker down --home "$(KAFKA_HOME)"
 
 validate: setup
 	$(BIN)/millpond validate
@@ -97,7 +97,7 @@ run-dag: setup airflow-db
 	    $(BIN)/airflow dags test $(PIPELINE) >"$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log" 2>&1 \
 	    || { grep -a -E "ERROR|error|millpond:|Exception" "$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log" | tail -30; \
 	         echo "DAG run failed; full log: $(AIRFLOW_HOME)/dags-test-$(PIPELINE).log"; exit 1; }
-	@$(BIN)/python -m millpond.airflow_report $(PIPELINE) "$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log"
+	@$(BIN)/python -m millpond.airflow.report $(PIPELINE) "$(AIRFLOW_HOME)/dags-test-$(PIPELINE).log"
 
 demo: setup airflow-db
 	$(BIN)/millpond validate

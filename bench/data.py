@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench"
@@ -42,13 +42,16 @@ class Scale:
 
 
 SCALES = {
-    "tiny": Scale(rows_per_file=200, unit_files=1, history_runs=2, b3_files=4, repeats=1, b3_repeats=1),  # harness smoke (make test)
+    "tiny": Scale(
+        rows_per_file=200, unit_files=1, history_runs=2, b3_files=4, repeats=1, b3_repeats=1
+    ),  # harness smoke (make test)
     "small": Scale(rows_per_file=1000, unit_files=3, history_runs=4, b3_files=30, repeats=3, b3_repeats=3),
     # 11 runs, not 10: Delta writes a checkpoint with every 10th commit of a table, and after 10 runs the measured
     # run was every 100x table's 10th (silver's 20th), so B1 and B2 timed a run writing five checkpoints against a
     # 1x run writing none. A schedule pays that once per 10 runs; B1 now compares two runs that write none.
-    "large": Scale(rows_per_file=6000, unit_files=11, history_runs=11, b3_files=200, repeats=3,
-                   b3_repeats=5),  # 100x = 1.1 GB
+    "large": Scale(
+        rows_per_file=6000, unit_files=11, history_runs=11, b3_files=200, repeats=3, b3_repeats=5
+    ),  # 100x = 1.1 GB
 }
 
 
@@ -63,8 +66,9 @@ def pool(scale_name: str) -> list[Path]:
         shutil.rmtree(folder, ignore_errors=True)
         for start in range(0, scale.pool_files, 100):
             count = min(100, scale.pool_files - start)
-            activity_files(folder, count, scale.rows_per_file, duplicates=0.01, malformed=0.001, seed=start,
-                           start_index=start)  # fmt: skip
+            activity_files(
+                folder, count, scale.rows_per_file, duplicates=0.01, malformed=0.001, seed=start, start_index=start
+            )
         marker.write_text(wanted)
     return sorted(folder.glob("activity-*.json"))
 
@@ -97,8 +101,12 @@ def build_lake(lake: Path, files: list[Path], runs: int) -> None:
     lake.mkdir(parents=True)
     manifest = lake.parent / f"{lake.name}.rounds.json"
     manifest.write_text(json.dumps([[str(f) for f in r] for r in rounds]))
-    subprocess.run([sys.executable, "-m", "bench.jobs.history", str(lake), str(manifest)], cwd=REPO, check=True,
-                   env={**os.environ, "MILLPOND_LAKE": str(lake)})  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "bench.jobs.history", str(lake), str(manifest)],
+        cwd=REPO,
+        check=True,
+        env={**os.environ, "MILLPOND_LAKE": str(lake)},
+    )
     shutil.rmtree(_snapshot(lake), ignore_errors=True)
     subprocess.run(["cp", "-a", "-l", str(lake), str(_snapshot(lake))], check=True)
     marker.write_text(built_by)

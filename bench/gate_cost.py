@@ -23,9 +23,9 @@ sys.path.insert(0, str(REPO))
 
 
 def one_size(files: int, rows: int, increment_rows: int, seed: int) -> dict:
-    from millpond import reports
-    from millpond.generate import activity_files
-    from spark_jobs import runner
+    from millpond.dev.sample_data import activity_files
+    from millpond.engine import runner
+    from millpond.runs import reports
 
     lake = Path(tempfile.mkdtemp(prefix="millpond-gate-bench-"))
     os.environ["MILLPOND_LAKE"] = str(lake)
@@ -38,8 +38,8 @@ def one_size(files: int, rows: int, increment_rows: int, seed: int) -> dict:
         assert runner.main(["activity", "--run-id", "increment", "--layers", "bronze,silver"]) == 0
         wall = time.perf_counter() - started
         validated = [e for e in reports.history() if e["run_id"] == "increment"]
-        from millpond import paths
-        from millpond.delta_log import table_state
+        from millpond.lake import paths
+        from millpond.lake.delta_log import table_state
 
         return {
             "silver_rows_before": files * rows,
@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--increment-rows", type=int, default=2000)
     parser.add_argument("--out", default=str(REPO / "bench" / "results-gate.json"))
     args = parser.parse_args()
-    from spark_jobs.session import build_spark_session
+    from millpond.engine.session import build_spark_session
 
     build_spark_session("millpond-gate-bench")  # one warm JVM for both sizes; the runner joins it
     one_size(1, 200, 200, seed=99)  # warm-up (JIT, GX import): not reported

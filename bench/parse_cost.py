@@ -8,7 +8,7 @@ fields and `_rescued_data`, whose `map_filter` whole-stage codegen cannot compil
 the schema does not name (`_new_fields`, which `schema_drift` needs). It counts the rows of bronze's whole parse
 (every column, good and bad lines) that differ between the two paths. Each variant also records its
 whole-stage-codegen stages' largest generated method in bytes. HotSpot by default does not JIT-compile a method
-over 8,000 bytes, so millpond's JVMs start with `-XX:-DontCompileHugeMethods` (millpond.driver_jit); with
+over 8,000 bytes, so millpond's JVMs start with `-XX:-DontCompileHugeMethods` (millpond.engine.driver_jit); with
 `--hotspot-default` this script starts its JVM without it (results-parse-hotspot-default.json), to show what the
 option is worth. Not a timed test; it says which part of B3's gap is what. Usage:
 
@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 def largest_methods(frame) -> list[int]:
     """Each whole-stage-codegen stage's largest generated method, in bytecode bytes (Spark's debug package)."""
     stages = frame.sparkSession._jvm.org.apache.spark.sql.execution.debug.package.codegenStringSeq(
-        frame._jdf.queryExecution().executedPlan())  # fmt: skip
+        frame._jdf.queryExecution().executedPlan()
+    )
     return [stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size())]
 
 
@@ -59,12 +60,12 @@ def main() -> int:
     from pyspark.sql.types import StructType
 
     from bench import data
-    from millpond.driver_jit import java_options
+    from millpond.engine import sources
+    from millpond.engine.driver_jit import java_options
+    from millpond.engine.session import build_spark_session
+    from millpond.engine.speedups import JSON_FUNCTIONS
+    from millpond.engine.streaming import landing_batch_metrics
     from millpond.spec import load_pipeline
-    from millpond.speedups import JSON_FUNCTIONS
-    from spark_jobs import sources
-    from spark_jobs.session import build_spark_session
-    from spark_jobs.streaming import landing_batch_metrics
 
     files = [str(f) for f in data.pool(args.scale)[: data.SCALES[args.scale].b3_files]]
     pipeline = load_pipeline("activity")
@@ -73,8 +74,11 @@ def main() -> int:
     spark = build_spark_session("bench:parse-cost", pipeline.shuffle_partitions, driver_java_options=jvm_options)
 
     def lines():
-        return spark.read.format("text").load(files).select("value", F.col("_metadata.file_path").alias(
-            sources.SOURCE_FILE))
+        return (
+            spark.read.format("text")
+            .load(files)
+            .select("value", F.col("_metadata.file_path").alias(sources.SOURCE_FILE))
+        )
 
     def parsed():  # every column of bronze's parse, good and bad lines
         return sources.parse_json_lines(lines(), StructType.fromDDL(source.schema), source.options)
@@ -107,19 +111,26 @@ def main() -> int:
     variants = {
         "plain_read_json": lambda: spark.read.schema(source.schema).json(files),
         "text_then_from_json": lambda: lines().select(F.from_json("value", with_corrupt).alias("j")).select("j.*"),
-        "text_then_byte_parse": lambda: lines().select(
-            sources.parse_json_line(F.col("value"), with_corrupt, permissive, spark).alias("j")).select("j.*"),
+        "text_then_byte_parse": lambda: (
+            lines()
+            .select(sources.parse_json_line(F.col("value"), with_corrupt, permissive, spark).alias("j"))
+            .select("j.*")
+        ),
         "bronze_writer": good_rows,
         "bronze_writer_standard_path": lambda: standard(good_rows),
         "bronze_writer_without_new_field_check": lambda: swapped("_new_fields", no_new_fields, good_rows),
     }
     ours, reference = parsed(), standard(parsed)
-    figure = {"jvm_options": jvm_options, "files": len(files), "mb": round(data.size_bytes([Path(f) for f in files]) / 2**20, 1),
-              "seconds": {name: seconds(make, args.repeats) for name, make in variants.items()},
-              "largest_method_bytes_per_stage": {name: largest_methods(make()) for name, make in variants.items()},
-              # the Java functions must not change a single row: 0, or the timings compare different work
-              "parsed_rows_differing_from_standard_path": ours.exceptAll(reference).count()
-                                                      + reference.exceptAll(ours).count()}  # fmt: skip
+    figure = {
+        "jvm_options": jvm_options,
+        "files": len(files),
+        "mb": round(data.size_bytes([Path(f) for f in files]) / 2**20, 1),
+        "seconds": {name: seconds(make, args.repeats) for name, make in variants.items()},
+        "largest_method_bytes_per_stage": {name: largest_methods(make()) for name, make in variants.items()},
+        # the Java functions must not change a single row: 0, or the timings compare different work
+        "parsed_rows_differing_from_standard_path": ours.exceptAll(reference).count()
+        + reference.exceptAll(ours).count(),
+    }
     out = REPO / "bench" / ("results-parse-hotspot-default.json" if args.hotspot_default else "results-parse.json")
     out.write_text(json.dumps(figure, indent=2) + "\n")
     print(json.dumps(figure, indent=2))

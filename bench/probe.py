@@ -38,8 +38,15 @@ class Measured:
 def measure(command: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> Measured:
     """Start `command` in its own session and sample the RSS of every process in it until it exits."""
     started = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     chunks: list[str] = []
     reader = threading.Thread(target=lambda: chunks.extend(proc.stdout), daemon=True)  # never block on a full pipe
     reader.start()
@@ -83,8 +90,12 @@ def phases(output: str) -> dict[str, float]:
 
 def spread(values: list[float], digits: int = 2) -> dict[str, float]:
     """Median with min and max: the figure a single noisy run cannot fake."""
-    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits), "n": len(values)}  # fmt: skip
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "n": len(values),
+    }
 
 
 def millpond_command(*args: str) -> list[str]:

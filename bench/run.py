@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench import data
 from bench.probe import Measured, measure, millpond_command, spread
-from millpond import warm_driver
+from millpond.engine import jars, warm_driver
 
 
 class Bench:
@@ -56,7 +56,7 @@ class Bench:
         """The same new files landed on each history and run by `millpond run`, sides alternating.
 
         A third side runs the 100x increment with the driver's default JIT instead of the C1-only one millpond picks
-        for a small run (millpond.driver_jit), so the results show what that choice buys.
+        for a small run (millpond.engine.driver_jit), so the results show what that choice buys.
         """
         runs: dict[str, list[Measured]] = {"1x": [], "100x": [], FULL_JIT: []}
         for rep in range(self.scale.repeats):
@@ -84,8 +84,14 @@ def run_millpond(lake: Path, *args: str, env: dict[str, str] | None = None) -> M
 
 def driver_jit(runs: list[Measured]) -> list[str]:
     """The driver JIT each run's JVM ran with, as the runner read it back from the JVM (`millpond: driver JIT`)."""
-    return sorted({line.split("millpond: driver JIT ", 1)[1].split(":")[0] for r in runs
-                   for line in r.output.splitlines() if "millpond: driver JIT " in line})  # fmt: skip
+    return sorted(
+        {
+            line.split("millpond: driver JIT ", 1)[1].split(":")[0]
+            for r in runs
+            for line in r.output.splitlines()
+            if "millpond: driver JIT " in line
+        }
+    )
 
 
 def b1_history_growth(bench: Bench) -> dict:
@@ -95,13 +101,17 @@ def b1_history_growth(bench: Bench) -> dict:
         "what": "wall seconds of `millpond run` on the same new files (1 % of the 100x history) after 100x ÷ 1x",
         "ratio": round(walls["100x"]["median"] / walls["1x"]["median"], 3),
         "goal": {"max": 1.2},
-        "detail": {"wall_seconds": walls, "phases_median": {h: median_phases(rs) for h, rs in runs.items()},
-                   "history_files": {"1x": len(bench.history_1x), "100x": len(bench.history_100x)},
-                   "history_mb": {"1x": mb(bench.history_1x), "100x": mb(bench.history_100x)},
-                   "new_files": len(bench.increment), "new_mb": mb(bench.increment),
-                   "history_runs": {"1x": 1, "100x": bench.scale.history_runs},
-                   "driver_jit": {h: driver_jit(rs) for h, rs in runs.items()}},
-    }  # fmt: skip
+        "detail": {
+            "wall_seconds": walls,
+            "phases_median": {h: median_phases(rs) for h, rs in runs.items()},
+            "history_files": {"1x": len(bench.history_1x), "100x": len(bench.history_100x)},
+            "history_mb": {"1x": mb(bench.history_1x), "100x": mb(bench.history_100x)},
+            "new_files": len(bench.increment),
+            "new_mb": mb(bench.increment),
+            "history_runs": {"1x": 1, "100x": bench.scale.history_runs},
+            "driver_jit": {h: driver_jit(rs) for h, rs in runs.items()},
+        },
+    }
 
 
 def b2_full_reprocess(bench: Bench) -> dict:
@@ -137,24 +147,27 @@ def b2_full_reprocess(bench: Bench) -> dict:
     handed = sum("run handed to the warm driver" in r.output for r in warm)
     return {
         "what": "wall seconds to rebuild every table from all 101 units of landed files ÷ the incremental run "
-                "that adds the newest unit",
+        "that adds the newest unit",
         "ratio": round(full_wall["median"] / incremental_wall["median"], 2),
         "goal": {"min": 20},
-        "detail": {"full_refresh_seconds": full_wall, "incremental_seconds": incremental_wall,
-                   "full_refresh_phases_median": median_phases(full),
-                   "full_refresh_peak_rss_mb": spread([r.peak_rss_mb for r in full], 0),
-                   "driver_jit": {"full_refresh": driver_jit(full), "incremental": driver_jit(incremental)},
-                   "incremental_full_jit_seconds": full_jit_wall,
-                   "incremental_full_jit_phases_median": median_phases(full_jit),
-                   "quick_jit_speedup": round(full_jit_wall["median"] / incremental_wall["median"], 3),
-                   "warm_driver_start_seconds": round(started.wall, 2),
-                   "warm_driver_warm_up_runs": WARM_UP_RUNS,
-                   "incremental_warm_driver_seconds": warm_wall,
-                   "incremental_warm_driver_phases_median": median_phases(warm),
-                   "warm_driver_runs_handed_over": f"{handed} of {len(warm)}",
-                   "warm_driver_runs_served": driver["runs"] if driver else None,
-                   "ratio_with_warm_driver": round(full_wall["median"] / warm_wall["median"], 2)},
-    }  # fmt: skip
+        "detail": {
+            "full_refresh_seconds": full_wall,
+            "incremental_seconds": incremental_wall,
+            "full_refresh_phases_median": median_phases(full),
+            "full_refresh_peak_rss_mb": spread([r.peak_rss_mb for r in full], 0),
+            "driver_jit": {"full_refresh": driver_jit(full), "incremental": driver_jit(incremental)},
+            "incremental_full_jit_seconds": full_jit_wall,
+            "incremental_full_jit_phases_median": median_phases(full_jit),
+            "quick_jit_speedup": round(full_jit_wall["median"] / incremental_wall["median"], 3),
+            "warm_driver_start_seconds": round(started.wall, 2),
+            "warm_driver_warm_up_runs": WARM_UP_RUNS,
+            "incremental_warm_driver_seconds": warm_wall,
+            "incremental_warm_driver_phases_median": median_phases(warm),
+            "warm_driver_runs_handed_over": f"{handed} of {len(warm)}",
+            "warm_driver_runs_served": driver["runs"] if driver else None,
+            "ratio_with_warm_driver": round(full_wall["median"] / warm_wall["median"], 2),
+        },
+    }
 
 
 WARM_UP_RUNS = 3
@@ -175,19 +188,24 @@ def b3_ingest_vs_plain_spark(bench: Bench) -> dict:
     rows, size, cores = plain[0].last_json()["rows"], data.size_bytes(files), os.cpu_count() or 1
     return {
         "what": "bronze ingest throughput ÷ a plain Spark batch job (read JSON, write Delta, same session settings) "
-                "on the same files; both timed from a ready session to the committed table",
+        "on the same files; both timed from a ready session to the committed table",
         "ratio": round(plain_s["median"] / ours_s["median"], 3),
         "goal": {"min": 0.8},
-        "detail": {"files": len(files), "mb": round(size / 2**20, 1), "rows": rows,
-                   "ours_rows_in": ours_rows_in["tables"][0]["rows_in"],
-                   "ours_seconds": ours_s, "plain_spark_seconds": plain_s,
-                   "ours_rows_per_s_per_core": round(rows / ours_s["median"] / cores),
-                   "plain_rows_per_s_per_core": round(rows / plain_s["median"] / cores),
-                   "ours_mb_per_s_per_core": round(size / 2**20 / ours_s["median"] / cores, 2),
-                   "plain_mb_per_s_per_core": round(size / 2**20 / plain_s["median"] / cores, 2),
-                   "ours_durations_note": "bronze's seconds include checkpoint checks, query start and the "
-                                          "quarantine split; the plain job has none of these"},
-    }  # fmt: skip
+        "detail": {
+            "files": len(files),
+            "mb": round(size / 2**20, 1),
+            "rows": rows,
+            "ours_rows_in": ours_rows_in["tables"][0]["rows_in"],
+            "ours_seconds": ours_s,
+            "plain_spark_seconds": plain_s,
+            "ours_rows_per_s_per_core": round(rows / ours_s["median"] / cores),
+            "plain_rows_per_s_per_core": round(rows / plain_s["median"] / cores),
+            "ours_mb_per_s_per_core": round(size / 2**20 / ours_s["median"] / cores, 2),
+            "plain_mb_per_s_per_core": round(size / 2**20 / plain_s["median"] / cores, 2),
+            "ours_durations_note": "bronze's seconds include checkpoint checks, query start and the "
+            "quarantine split; the plain job has none of these",
+        },
+    }
 
 
 def b4_vs_duckdb(bench: Bench) -> dict:
@@ -202,28 +220,34 @@ def b4_vs_duckdb(bench: Bench) -> dict:
         duck.append(measure([sys.executable, "-m", "bench.jobs.duckdb_load", str(lake / data.LANDING), str(database)]))
         output = bench.lake("plain-spark-pipeline")
         shutil.rmtree(output, ignore_errors=True)
-        plain.append(measure([sys.executable, "-m", "bench.jobs.plain_spark_pipeline", str(lake / data.LANDING),
-                              str(output)]))  # fmt: skip
+        plain.append(
+            measure([sys.executable, "-m", "bench.jobs.plain_spark_pipeline", str(lake / data.LANDING), str(output)])
+        )
     ours_s = spread([sum(r.phases[t] for t in tables) for r in ours])
     duck_s = spread([r.last_json()["seconds"] for r in duck])
     plain_s = spread([r.last_json()["seconds"] for r in plain])
     ours_wall, duck_wall = spread([r.wall for r in ours]), spread([r.wall for r in duck])
     return {
         "what": "bronze + silver (dedup, gate) + gold.device_counts seconds ÷ DuckDB loading the same JSON, "
-                "deduplicating and aggregating into a database file; JVM and interpreter start excluded",
+        "deduplicating and aggregating into a database file; JVM and interpreter start excluded",
         "ratio": round(ours_s["median"] / duck_s["median"], 2),
         "goal": {"max": 3},
-        "detail": {"files": len(files), "mb": round(data.size_bytes(files) / 2**20, 1),
-                   "ours_seconds": ours_s, "duckdb_seconds": duck_s,
-                   "ours_phases_median": median_phases(ours),
-                   # The engine's own floor: plain Spark batch jobs doing the same three steps. Ours cannot go
-                   # below it, so a floor above the goal means the goal needs another engine, not a faster millpond.
-                   "plain_spark_seconds": plain_s,
-                   "plain_spark_over_duckdb": round(plain_s["median"] / duck_s["median"], 2),
-                   "ours_over_plain_spark": round(ours_s["median"] / plain_s["median"], 2),
-                   "ratio_with_start": round(ours_wall["median"] / duck_wall["median"], 2),
-                   "ours_wall_seconds": ours_wall, "duckdb_wall_seconds": duck_wall},
-    }  # fmt: skip
+        "detail": {
+            "files": len(files),
+            "mb": round(data.size_bytes(files) / 2**20, 1),
+            "ours_seconds": ours_s,
+            "duckdb_seconds": duck_s,
+            "ours_phases_median": median_phases(ours),
+            # The engine's own floor: plain Spark batch jobs doing the same three steps. Ours cannot go
+            # below it, so a floor above the goal means the goal needs another engine, not a faster millpond.
+            "plain_spark_seconds": plain_s,
+            "plain_spark_over_duckdb": round(plain_s["median"] / duck_s["median"], 2),
+            "ours_over_plain_spark": round(ours_s["median"] / plain_s["median"], 2),
+            "ratio_with_start": round(ours_wall["median"] / duck_wall["median"], 2),
+            "ours_wall_seconds": ours_wall,
+            "duckdb_wall_seconds": duck_wall,
+        },
+    }
 
 
 def b5_fixed_overhead(bench: Bench) -> dict:
@@ -240,33 +264,43 @@ def b5_fixed_overhead(bench: Bench) -> dict:
     spark_seconds = sum(apps.values())
     return {
         "what": "wall seconds of `millpond run` finding no new data ÷ `spark-submit` of an empty application "
-                "(same jars and settings)",
+        "(same jars and settings)",
         "ratio": round(ours_s["median"] / bare_s["median"], 2),
         "goal": {"max": 1.5},
-        "detail": {"millpond_run_seconds": ours_s, "bare_spark_submit_seconds": bare_s,
-                   "millpond_run_phases_median": median_phases(ours),
-                   "airflow_dags_test_seconds": airflow_s,
-                   "airflow_ratio_to_bare": round(airflow_s["median"] / bare_s["median"], 2),
-                   "airflow_phases_median": apps | {
-                       "airflow_overhead (dags test wall minus the Spark applications' phases)":
-                           round(airflow_s["median"] - spark_seconds, 2)}},
-    }  # fmt: skip
+        "detail": {
+            "millpond_run_seconds": ours_s,
+            "bare_spark_submit_seconds": bare_s,
+            "millpond_run_phases_median": median_phases(ours),
+            "airflow_dags_test_seconds": airflow_s,
+            "airflow_ratio_to_bare": round(airflow_s["median"] / bare_s["median"], 2),
+            "airflow_phases_median": apps
+            | {
+                "airflow_overhead (dags test wall minus the Spark applications' phases)": round(
+                    airflow_s["median"] - spark_seconds, 2
+                )
+            },
+        },
+    }
 
 
 def b6_dag_parse(bench: Bench) -> dict:
-    code = ("import json, sys, time\nimport airflow\nfrom airflow.dag_processing.dagbag import DagBag\n"
-            "started = time.perf_counter()\nbag = DagBag(dag_folder=sys.argv[1])\n"
-            "print(json.dumps({'seconds': time.perf_counter() - started, 'dags': len(bag.dags), "
-            "'errors': len(bag.import_errors)}))")  # fmt: skip
+    code = (
+        "import json, sys, time\nimport airflow\nfrom airflow.dag_processing.dagbag import DagBag\n"
+        "started = time.perf_counter()\nbag = DagBag(dag_folder=sys.argv[1])\n"
+        "print(json.dumps({'seconds': time.perf_counter() - started, 'dags': len(bag.dags), "
+        "'errors': len(bag.import_errors)}))"
+    )
     runs = [measure([sys.executable, "-c", code, str(data.REPO / "dags")]).last_json() for _ in range(5)]
     if any(r["errors"] for r in runs):
         raise RuntimeError("dags/ has import errors")
     seconds = spread([r["seconds"] for r in runs], 3)
     return {
         "what": "seconds to parse the whole dags/ folder (DagBag), after `import airflow` and DagBag's import",
-        "ratio": seconds["median"], "unit": "seconds", "goal": {"max": 0.3},
+        "ratio": seconds["median"],
+        "unit": "seconds",
+        "goal": {"max": 0.3},
         "detail": {"parse_seconds": seconds, "dags": runs[0]["dags"]},
-    }  # fmt: skip
+    }
 
 
 def b7_memory(bench: Bench) -> dict:
@@ -280,8 +314,15 @@ def b7_memory(bench: Bench) -> dict:
     }
 
 
-BENCHMARKS = {"B1": b1_history_growth, "B2": b2_full_reprocess, "B3": b3_ingest_vs_plain_spark,
-              "B4": b4_vs_duckdb, "B5": b5_fixed_overhead, "B6": b6_dag_parse, "B7": b7_memory}  # fmt: skip
+BENCHMARKS = {
+    "B1": b1_history_growth,
+    "B2": b2_full_reprocess,
+    "B3": b3_ingest_vs_plain_spark,
+    "B4": b4_vs_duckdb,
+    "B5": b5_fixed_overhead,
+    "B6": b6_dag_parse,
+    "B7": b7_memory,
+}
 
 
 def median_phases(runs: list[Measured]) -> dict[str, float]:
@@ -298,11 +339,10 @@ def spark_submit() -> str:
 
 
 def submit_args() -> list[str]:
-    from millpond import paths
-    from millpond.airflow_dags import spark_conf
+    from millpond.airflow.factory import spark_conf
 
     conf = [arg for key, value in spark_conf().items() for arg in ("--conf", f"{key}={value}")]
-    return ["--master", "local[2]", "--jars", ",".join(paths.spark_jars()), *conf]
+    return ["--master", "local[2]", "--jars", ",".join(jars.spark_jars()), *conf]
 
 
 def run_dag(lake: Path) -> Measured:
@@ -321,16 +361,33 @@ def run_dag(lake: Path) -> Measured:
 
 
 def environment(scale_name: str) -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())  # fmt: skip
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
-    versions = {p: metadata.version(p) for p in ("pyspark", "delta-spark", "apache-airflow", "great-expectations",
-                                                  "duckdb")}  # fmt: skip
-    return {"machine": {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory, 1),
-                        "os": platform.platform(), "python": platform.python_version(), "java": java},
-            "versions": versions, "scale": scale_name, "scale_detail": vars(data.SCALES[scale_name]),
-            "date": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+    versions = {
+        p: metadata.version(p) for p in ("pyspark", "delta-spark", "apache-airflow", "great-expectations", "duckdb")
+    }
+    return {
+        "machine": {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "memory_gib": round(memory, 1),
+            "os": platform.platform(),
+            "python": platform.python_version(),
+            "java": java,
+        },
+        "versions": versions,
+        "scale": scale_name,
+        "scale_detail": vars(data.SCALES[scale_name]),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
 
 
 def markdown(results: dict) -> str:
@@ -347,8 +404,9 @@ def markdown(results: dict) -> str:
         goal = b["goal"]
         kind, limit = ("≤", goal["max"]) if "max" in goal else ("≥", goal["min"])
         unit = " s" if b.get("unit") == "seconds" else ""
-        lines.append(f"| {name} | {b['what']} | {b['ratio']}{unit} | {kind} {limit}{unit} | "
-                     f"{'yes' if b['met'] else 'no'} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {b['what']} | {b['ratio']}{unit} | {kind} {limit}{unit} | {'yes' if b['met'] else 'no'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -377,8 +435,15 @@ def main(argv: list[str] | None = None) -> int:
             result = {"what": BENCHMARKS[name].__name__, "error": f"{type(exc).__name__}: {exc}"[:4000]}
         result["bench_seconds"] = round(time.perf_counter() - started, 1)
         results["benchmarks"][name] = result
-        print(f"bench: {name} " + (f"ratio {result['ratio']} goal {result['goal']} met {result['met']}"
-                                   if "ratio" in result else result["error"][:2000]), flush=True)  # fmt: skip
+        print(
+            f"bench: {name} "
+            + (
+                f"ratio {result['ratio']} goal {result['goal']} met {result['met']}"
+                if "ratio" in result
+                else result["error"][:2000]
+            ),
+            flush=True,
+        )
         out.write_text(json.dumps(results, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(results))
     print(markdown(results))

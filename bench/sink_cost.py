@@ -39,16 +39,17 @@ def run_side(side: str, work: str) -> dict:
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from millpond.driver_jit import java_options
+    from millpond.engine import sources
+    from millpond.engine.driver_jit import java_options
+    from millpond.engine.session import build_spark_session
+    from millpond.engine.streaming import landing_batch_metrics
     from millpond.spec import load_pipeline
-    from spark_jobs import sources
-    from spark_jobs.session import build_spark_session
-    from spark_jobs.streaming import landing_batch_metrics
 
     pipeline = load_pipeline("activity")
     source = pipeline.sources["landing.activity"]
-    spark = build_spark_session(f"bench:sink-cost-{side}", pipeline.shuffle_partitions,
-                                driver_java_options=java_options("full"))  # fmt: skip
+    spark = build_spark_session(
+        f"bench:sink-cost-{side}", pipeline.shuffle_partitions, driver_java_options=java_options("full")
+    )
     checkpoint, table = f"{work}/checkpoint", f"{work}/table"
     started = time.perf_counter()
     parsed = sources.read_landing(spark, source)
@@ -56,7 +57,9 @@ def run_side(side: str, work: str) -> dict:
     dropped = (sources.RAW, sources.ERROR, sources.LINE_BUCKET)
 
     def good_rows(frame):
-        return frame.where(F.col(sources.ERROR).isNull()).drop(*dropped).withColumn("_ingested_at", F.current_timestamp())
+        return (
+            frame.where(F.col(sources.ERROR).isNull()).drop(*dropped).withColumn("_ingested_at", F.current_timestamp())
+        )
 
     counted: list[int] = []
     plans: list[str] = []
@@ -104,9 +107,13 @@ def main() -> int:
             for side in SIDES:
                 work = Path(lake) / "work"
                 shutil.rmtree(work, ignore_errors=True)
-                child = subprocess.run([sys.executable, __file__, "--side", side, "--work", str(work)], cwd=REPO,
-                                       capture_output=True, text=True,
-                                       env={**os.environ, "PYSPARK_PYTHON": sys.executable, "MILLPOND_LAKE": lake})  # fmt: skip
+                child = subprocess.run(
+                    [sys.executable, __file__, "--side", side, "--work", str(work)],
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "PYSPARK_PYTHON": sys.executable, "MILLPOND_LAKE": lake},
+                )
                 if child.returncode:
                     raise SystemExit(f"{side} failed:\n{child.stderr[-3000:]}")
                 runs[side].append(json.loads(child.stdout.strip().splitlines()[-1]))
@@ -114,13 +121,21 @@ def main() -> int:
     if len(rows) != 1:
         raise SystemExit(f"the runs counted different rows: {rows}")
     taken = {side: [round(r["seconds"], 2) for r in rs] for side, rs in runs.items()}
-    spread = {side: {"median": statistics.median(t), "min": min(t), "max": max(t), "all": t} for side, t in taken.items()}
-    figure = {"files": len(files), "mb": round(data.size_bytes(files) / 2**20, 1), "rows_counted": rows.pop(),
-              "seconds": spread,
-              "foreach_batch_reads_an_executed_rdd": all(r["foreach_batch_reads_an_executed_rdd"]
-                                                         for r in runs["foreach_batch"]),
-              "foreach_batch_minus_delta_sink_per_pair": [
-                  round(a - b, 2) for a, b in zip(taken["foreach_batch"], taken["delta_sink"], strict=True)]}  # fmt: skip
+    spread = {
+        side: {"median": statistics.median(t), "min": min(t), "max": max(t), "all": t} for side, t in taken.items()
+    }
+    figure = {
+        "files": len(files),
+        "mb": round(data.size_bytes(files) / 2**20, 1),
+        "rows_counted": rows.pop(),
+        "seconds": spread,
+        "foreach_batch_reads_an_executed_rdd": all(
+            r["foreach_batch_reads_an_executed_rdd"] for r in runs["foreach_batch"]
+        ),
+        "foreach_batch_minus_delta_sink_per_pair": [
+            round(a - b, 2) for a, b in zip(taken["foreach_batch"], taken["delta_sink"], strict=True)
+        ],
+    }
     out = REPO / "bench" / "results-sink.json"
     out.write_text(json.dumps(figure, indent=2) + "\n")
     print(json.dumps(figure, indent=2))

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=10_000, help="rows per append")
     args = parser.parse_args(argv)
 
-    from spark_jobs.session import build_spark_session
+    from millpond.engine.session import build_spark_session
 
     spark = build_spark_session("millpond-bench-txn")
     work = Path(tempfile.mkdtemp(prefix="millpond-txn-"))
@@ -58,11 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     if len(set(counts.values())) != 1:
         raise SystemExit(f"the two tables differ: {counts}")
     figure = {
-        "history_appends": args.history, "rows_per_append": args.rows, "rows_per_table": counts["with_txn"],
-        "seconds_per_append": {side: {"median": round(statistics.median(s), 3), "min": round(min(s), 3),
-                                      "max": round(max(s), 3)} for side, s in timed.items()},
+        "history_appends": args.history,
+        "rows_per_append": args.rows,
+        "rows_per_table": counts["with_txn"],
+        "seconds_per_append": {
+            side: {"median": round(statistics.median(s), 3), "min": round(min(s), 3), "max": round(max(s), 3)}
+            for side, s in timed.items()
+        },
         "with_over_without": round(statistics.median(timed["with_txn"]) / statistics.median(timed["without_txn"]), 3),
-    }  # fmt: skip
+    }
     out = REPO / "bench" / "results-txn.json"
     out.write_text(json.dumps(figure, indent=2) + "\n")
     print(json.dumps(figure, indent=2))

@@ -1,7 +1,7 @@
 """
 ## millpond pipelines
 
-Every spec in `pipelines/*.yaml` becomes one DAG (dag id = pipeline name), built by `millpond.airflow_dags`:
+Every spec in `pipelines/*.yaml` becomes one DAG (dag id = pipeline name), built by `millpond.airflow.factory`:
 
 `ingest` (bronze + silver, one Spark application) → `quality_gate` → `gold` (one Spark application) → `run_summary`
 
@@ -12,6 +12,8 @@ Every spec in `pipelines/*.yaml` becomes one DAG (dag id = pipeline name), built
 - **Trigger params**: `full_refresh` = tables to rebuild from their source (downstream tables are rebuilt too).
 """
 
-from millpond.airflow_dags import build_all
+from pathlib import Path
 
-globals().update(build_all(__doc__ or ""))
+from millpond.airflow.factory import build_all
+
+globals().update(build_all(__doc__ or "", project=Path(__file__).resolve().parents[1]))

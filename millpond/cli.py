@@ -7,7 +7,8 @@ import json
 import sys
 from datetime import timedelta
 
-from millpond import paths
+from millpond import settings
+from millpond.lake import paths
 from millpond.spec import SpecError, load_pipeline, validate_all
 
 HOUR = timedelta(hours=1)
@@ -28,48 +29,52 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for pipeline in pipelines:
         print(f"ok  {pipeline.spec_path}: {len(pipeline.tables)} tables ({', '.join(pipeline.tables)})")
     if not pipelines and not problems:
-        print(f"no pipeline specs in {paths.pipelines_dir()}", file=sys.stderr)
+        print(f"no pipeline specs in {settings.pipelines_dir()}", file=sys.stderr)
         return 2
     return 2 if problems else 0
 
 
 def cmd_check(argv: list[str]) -> int:
-    from spark_jobs.quality import check_main
+    from millpond.engine.quality import check_main
 
     return check_main(argv)
 
 
 def cmd_run(argv: list[str]) -> int:
-    from spark_jobs.runner import main as run_main
+    from millpond.engine.runner import main as run_main
 
     return run_main(argv)
 
 
 def cmd_preview(argv: list[str]) -> int:
-    from spark_jobs.preview import main as preview_main  # imports pyspark only once spec and table check out
+    from millpond.engine.preview import main as preview_main  # imports pyspark only once spec and table check out
 
     return preview_main(argv)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from millpond.generate import activity_files, campaigns_file, clicks_files
+    from millpond.dev.sample_data import activity_files, campaigns_file, clicks_files
 
     if args.pipeline not in ("activity", "clicks", "device_status"):
-        print(f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks, "
-              "device_status)", file=sys.stderr)  # fmt: skip
+        print(
+            f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks, "
+            "device_status)",
+            file=sys.stderr,
+        )
         return 2
     pipeline = load_pipeline(args.pipeline)
     if args.pipeline == "device_status":
-        return send_device_events(pipeline, hours=args.files, rows=args.rows, malformed=args.malformed,
-                                  seed=args.seed)  # fmt: skip
+        return send_device_events(pipeline, hours=args.files, rows=args.rows, malformed=args.malformed, seed=args.seed)
     if args.pipeline == "clicks":
         folders = [paths.landing_path(pipeline.sources[f"landing.{s}"].path) for s in ("impressions", "clicks")]
         landed = clicks_files(*folders, files=args.files, rows=args.rows, seed=args.seed)
         campaigns = paths.landing_path(pipeline.sources["landing.campaigns"].path)
         if not campaigns.exists():  # the dimension is the user's to edit: written once, never overwritten
             campaigns_file(campaigns)
-        print(f"landed {len(landed) // 2} rounds x {args.rows} impressions (and their clicks) in {folders[0].parent}"
-              f"; the campaigns dimension is {campaigns}")  # fmt: skip
+        print(
+            f"landed {len(landed) // 2} rounds x {args.rows} impressions (and their clicks) in {folders[0].parent}"
+            f"; the campaigns dimension is {campaigns}"
+        )
         return 0
     folder = paths.landing_path(pipeline.sources["landing.activity"].path)
     landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
@@ -79,8 +84,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def send_device_events(pipeline, hours: int, rows: int, malformed: float, seed: int | None) -> int:
     """Send device_status's events to its topic, continuing from the newest event time already there."""
-    from millpond.generate import ACTIVITY_EPOCH, DEVICES, device_events
-    from millpond.kafka_broker import BrokerFailed, latest_event_time, produce
+    from millpond.dev.kafka_broker import BrokerFailed, latest_event_time, produce
+    from millpond.dev.sample_data import ACTIVITY_EPOCH, DEVICES, device_events
     from millpond.spec import environment_problems, resolve_setting
 
     source = pipeline.sources["kafka.device_events"]
@@ -90,7 +95,7 @@ def send_device_events(pipeline, hours: int, rows: int, malformed: float, seed: 
         print("millpond generate: " + "\n".join(problems), file=sys.stderr)
         return 2
     bootstrap, topic = resolve_setting(source.bootstrap_servers), source.topics[0]
-    from spark_jobs.session import build_spark_session
+    from millpond.engine.session import build_spark_session
 
     spark = build_spark_session("millpond-generate", shuffle_partitions=1)
     try:
@@ -103,21 +108,25 @@ def send_device_events(pipeline, hours: int, rows: int, malformed: float, seed: 
         return 1
     finally:
         spark.stop()
-    print(f"sent {len(messages)} messages to topic {topic} on {bootstrap}: {hours} hour(s) of events from "
-          f"{start:%Y-%m-%d %H:%M} UTC, {len(DEVICES)} devices")  # fmt: skip
+    print(
+        f"sent {len(messages)} messages to topic {topic} on {bootstrap}: {hours} hour(s) of events from "
+        f"{start:%Y-%m-%d %H:%M} UTC, {len(DEVICES)} devices"
+    )
     return 0
 
 
 def cmd_driver(args: argparse.Namespace) -> int:
-    """`millpond driver start|stop|status`: the lake's warm driver (millpond.warm_driver)."""
-    from millpond import warm_driver
+    """`millpond driver start|stop|status`: the lake's warm driver (millpond.engine.warm_driver)."""
+    from millpond.engine import warm_driver
 
-    lake = paths.lake_root()
+    lake = settings.lake_root()
     try:
         if args.action == "start":
             info = warm_driver.start(lake)
-            print(f"warm driver pid {info['pid']} serving {lake} (JIT {info['jit']}, {info['runs']} run(s) served); "
-                  f"runs use it with {warm_driver.ENV}=on; log {warm_driver.log_path(lake)}")  # fmt: skip
+            print(
+                f"warm driver pid {info['pid']} serving {lake} (JIT {info['jit']}, {info['runs']} run(s) served); "
+                f"runs use it with {warm_driver.ENV}=on; log {warm_driver.log_path(lake)}"
+            )
             return 0
         if args.action == "stop":
             stopped = warm_driver.stop(lake)
@@ -130,17 +139,21 @@ def cmd_driver(args: argparse.Namespace) -> int:
     if info is None:
         print(f"no warm driver for {lake}")
         return 1
-    print(json.dumps(info, indent=2) if args.json else
-          f"warm driver pid {info['pid']} serving {lake}: {info['runs']} run(s) served, up {info['up_seconds']:.0f} s, "
-          f"JIT {info['jit']}{', running a run' if info['busy'] else ''}; log {warm_driver.log_path(lake)}")  # fmt: skip
+    print(
+        json.dumps(info, indent=2)
+        if args.json
+        else f"warm driver pid {info['pid']} serving {lake}: {info['runs']} run(s) served, up {info['up_seconds']:.0f} s, "
+        f"JIT {info['jit']}{', running a run' if info['busy'] else ''}; log {warm_driver.log_path(lake)}"
+    )
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Each table's path, row count and version from its Delta log (a file sink: its `_spark_metadata` log, the
     version being the newest batch id), and the last run's outcome (no JVM)."""
-    from millpond import file_sink_log, run_summary
-    from millpond.delta_log import table_state
+    from millpond.lake import file_sink_log
+    from millpond.lake.delta_log import table_state
+    from millpond.runs import run_summary
 
     pipeline = load_pipeline(args.pipeline)
     summary = run_summary.latest(pipeline.name)
@@ -154,16 +167,24 @@ def cmd_status(args: argparse.Namespace) -> int:
             if state is None and path != paths.table_path(table_id):
                 continue
             run = last.get(table_id, {}) if path == paths.table_path(table_id) else {}
-            rows.append({"path": str(path), "rows": state.rows if state else None,
-                         "version": state.version if state else None, "last_run": run.get("outcome", "")})  # fmt: skip
+            rows.append(
+                {
+                    "path": str(path),
+                    "rows": state.rows if state else None,
+                    "version": state.version if state else None,
+                    "last_run": run.get("outcome", ""),
+                }
+            )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'table path':<60} {'rows':>9} {'version':>7}  last run")
     for row in rows:
         rows_text = "-" if row["rows"] is None else row["rows"]
-        print(f"{row['path']:<60} {rows_text:>9} {row['version'] if row['version'] is not None else '-':>7}  "
-              f"{row['last_run']}")  # fmt: skip
+        print(
+            f"{row['path']:<60} {rows_text:>9} {row['version'] if row['version'] is not None else '-':>7}  "
+            f"{row['last_run']}"
+        )
     if summary:
         print(f"last run: {summary['run_id']} -> {run_summary.summary_path(pipeline.name, summary['run_id'])}")
     return 0
@@ -180,10 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="millpond", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run a pipeline's tables (see `millpond run --help`)")
-    sub.add_parser("check", help="run the data-quality gate on a slice, writing a report only "
-                   "(see `millpond check --help`)")  # fmt: skip
-    sub.add_parser("preview", help="print a table's first micro-batches, writing nothing "
-                   "(see `millpond preview --help`)")  # fmt: skip
+    sub.add_parser(
+        "check", help="run the data-quality gate on a slice, writing a report only (see `millpond check --help`)"
+    )
+    sub.add_parser(
+        "preview", help="print a table's first micro-batches, writing nothing (see `millpond preview --help`)"
+    )
     validate = sub.add_parser("validate", help="validate one spec or every spec in pipelines/")
     validate.add_argument("pipeline", nargs="?")
     validate.set_defaults(func=cmd_validate)
@@ -195,8 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--malformed", type=float, default=0.0, help="fraction of malformed lines")
     generate.add_argument("--seed", type=int, default=None)
     generate.set_defaults(func=cmd_generate)
-    driver = sub.add_parser("driver", help="start, stop or show the lake's warm driver (a Spark driver that stays up "
-                            "between runs; runs use it with MILLPOND_WARM_DRIVER=on)")  # fmt: skip
+    driver = sub.add_parser(
+        "driver",
+        help="start, stop or show the lake's warm driver (a Spark driver that stays up "
+        "between runs; runs use it with MILLPOND_WARM_DRIVER=on)",
+    )
     driver.add_argument("action", choices=("start", "stop", "status"))
     driver.add_argument("--json", action="store_true")
     driver.set_defaults(func=cmd_driver)

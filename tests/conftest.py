@@ -18,7 +18,7 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark_jobs.session import build_spark_session
+    from millpond.engine.session import build_spark_session
 
     session = build_spark_session("millpond-tests", shuffle_partitions=2)
     yield session
@@ -36,7 +36,7 @@ def lake(tmp_path, monkeypatch) -> Path:
 @pytest.fixture(scope="session")
 def kafka_broker():
     """A real Kafka broker (KRaft) for the session; a broker that cannot start fails the test, naming the fix."""
-    from millpond.kafka_broker import KafkaBroker
+    from millpond.dev.kafka_broker import KafkaBroker
 
     broker = KafkaBroker().start()
     yield broker

@@ -23,25 +23,38 @@ ISO = "%Y-%m-%dT%H:%M:%S.000Z"
 # A round: events (minute after T0, device, status, battery) and raw values, produced in this order. A device's
 # events share one partition (the key is the device), so its out-of-order events reach Spark out of order.
 NOT_JSON = b"not json"
-WRONG_TYPE = json.dumps({"device_id": "d1", "event_time": "2026-11-01T00:07:00.000Z", "status": "ok",
-                         "battery": "full"}).encode()  # fmt: skip
+WRONG_TYPE = json.dumps(
+    {"device_id": "d1", "event_time": "2026-11-01T00:07:00.000Z", "status": "ok", "battery": "full"}
+).encode()
 NO_DEVICE = json.dumps({"event_time": "2026-11-01T00:09:00.000Z", "status": "error", "battery": 50.0}).encode()
 ROUNDS = [
-    [(0, "d1", "ok", 90.0), (12, "d1", "warning", 40.0), (5, "d1", "ok", 88.0),  # 5 after 12: d1's newest is 12
-     (3, "d2", "ok", 70.0), (20, "d2", "error", 65.0),  # an alert
-     (22, "d2", "rebooting", 60.0),  # unknown status: the gate sets it aside (it would be d2's newest)
-     NOT_JSON, WRONG_TYPE,  # bronze quarantine
-     (30, "d3", "ok", 50.0), (25, "d3", "ok", 55.0),
-     (50, "d3", "ok", 140.0),  # battery out of range: set aside (it would be d3's newest, and move the watermark)
-     (40, "d4", "ok", 12.0)],  # low battery: an alert. Watermark none -> 30
-    [(28, "d2", "warning", 60.0),  # at or before W 30: late for sessions, still d2's newest status
-     (35, "d3", "ok", 48.0), (33, "d3", "error", 47.0),  # 33 after 35: an alert, d3's newest stays 35
-     (45, "d1", "ok", 86.0),  # 33 minutes after d1's 12: a new session; 0-12 is final at W 70
-     NO_DEVICE,  # bronze keeps it, silver's filter drops it
-     (80, "d5", "ok", 99.0)],  # W 30 -> 70; d4 went quiet at 40: 40 + gap = 70 is not past W 70, still open
-    [(75, "d1", "error", 30.0),  # an alert; 30 after d1's 45: same session
-     (110, "d5", "ok", 14.0)],  # an alert; W 70 -> 100 closes d4's session by the timeout
-]  # fmt: skip
+    [
+        (0, "d1", "ok", 90.0),
+        (12, "d1", "warning", 40.0),
+        (5, "d1", "ok", 88.0),  # 5 after 12: d1's newest is 12
+        (3, "d2", "ok", 70.0),
+        (20, "d2", "error", 65.0),  # an alert
+        (22, "d2", "rebooting", 60.0),  # unknown status: the gate sets it aside (it would be d2's newest)
+        NOT_JSON,
+        WRONG_TYPE,  # bronze quarantine
+        (30, "d3", "ok", 50.0),
+        (25, "d3", "ok", 55.0),
+        (50, "d3", "ok", 140.0),  # battery out of range: set aside (it would be d3's newest, and move the watermark)
+        (40, "d4", "ok", 12.0),
+    ],  # low battery: an alert. Watermark none -> 30
+    [
+        (28, "d2", "warning", 60.0),  # at or before W 30: late for sessions, still d2's newest status
+        (35, "d3", "ok", 48.0),
+        (33, "d3", "error", 47.0),  # 33 after 35: an alert, d3's newest stays 35
+        (45, "d1", "ok", 86.0),  # 33 minutes after d1's 12: a new session; 0-12 is final at W 70
+        NO_DEVICE,  # bronze keeps it, silver's filter drops it
+        (80, "d5", "ok", 99.0),
+    ],  # W 30 -> 70; d4 went quiet at 40: 40 + gap = 70 is not past W 70, still open
+    [
+        (75, "d1", "error", 30.0),  # an alert; 30 after d1's 45: same session
+        (110, "d5", "ok", 14.0),
+    ],  # an alert; W 70 -> 100 closes d4's session by the timeout
+]
 
 
 def partition_of(device: str | None) -> int:
@@ -67,7 +80,7 @@ class Feed:
 
     def send(self, spark, bootstrap: str, items: list) -> None:
         """Produce a round (events and raw values) in list order; the messages of one run of the pipeline."""
-        from millpond.kafka_broker import produce
+        from millpond.dev.kafka_broker import produce
 
         messages = []
         for item in items:
@@ -75,8 +88,12 @@ class Feed:
                 key, value = None, item
             else:
                 minute, device, status, battery = item
-                key, value = device, json.dumps({"device_id": device, "event_time": stamp(minute), "status": status,
-                                                 "battery": battery}).encode()  # fmt: skip
+                key, value = (
+                    device,
+                    json.dumps(
+                        {"device_id": device, "event_time": stamp(minute), "status": status, "battery": battery}
+                    ).encode(),
+                )
             partition = partition_of(key)
             messages.append((partition, key.encode() if key else None, value))
         produce(spark, bootstrap, self.topic, messages)
@@ -99,8 +116,13 @@ class Feed:
                 continue
             battery = record.get("battery") if isinstance(record, dict) else None
             if isinstance(record, dict) and (battery is None or isinstance(battery, float)):
-                rows[(partition, offset)] = (key, record.get("device_id"), record.get("event_time"),
-                                             record.get("status"), battery)  # fmt: skip
+                rows[(partition, offset)] = (
+                    key,
+                    record.get("device_id"),
+                    record.get("event_time"),
+                    record.get("status"),
+                    battery,
+                )
         return rows
 
     def bronze_quarantine(self) -> list[str]:
@@ -115,8 +137,11 @@ class Feed:
 
     def silver(self) -> dict[tuple, tuple]:
         """(partition, offset) -> (device, minute, status, battery) of each row that passes the gate."""
-        return {a: (r[1], minutes(datetime.fromisoformat(r[2])), r[3], r[4])
-                for a, r in self.gated().items() if not self.rules_failed(r)}  # fmt: skip
+        return {
+            a: (r[1], minutes(datetime.fromisoformat(r[2])), r[3], r[4])
+            for a, r in self.gated().items()
+            if not self.rules_failed(r)
+        }
 
     def silver_quarantine(self) -> dict[tuple, str]:
         """(partition, offset) -> the drop rules each set-aside row failed, as the quarantine's `rule` says."""
@@ -177,5 +202,8 @@ class Feed:
 
     def alerts(self) -> Counter:
         """(key, device, minute, status, battery) of each silver error or low-battery event, each once."""
-        return Counter((d, d, m, s, b) for d, m, s, b in self.silver().values()
-                       if s == "error" or (b is not None and b < LOW_BATTERY))  # fmt: skip
+        return Counter(
+            (d, d, m, s, b)
+            for d, m, s, b in self.silver().values()
+            if s == "error" or (b is not None and b < LOW_BATTERY)
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from millpond import paths
+from millpond.lake import paths
 
 ISO = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
 
@@ -33,8 +33,11 @@ def device_counts(spark) -> dict[str, int]:
 def hourly(spark) -> dict[tuple, dict]:
     from pyspark.sql import functions as F
 
-    rows = read(spark, "gold.activity_hourly").select(F.date_format("hour", ISO).alias("hour"), "gt", "recordings",
-                                                      "avg_x", "avg_y", "avg_z").collect()  # fmt: skip
+    rows = (
+        read(spark, "gold.activity_hourly")
+        .select(F.date_format("hour", ISO).alias("hour"), "gt", "recordings", "avg_x", "avg_y", "avg_z")
+        .collect()
+    )
     return {(r.hour, r.gt): {k: r[k] for k in ("recordings", "avg_x", "avg_y", "avg_z")} for r in rows}
 
 

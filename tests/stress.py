@@ -28,16 +28,18 @@ from pathlib import Path
 
 import psutil
 
-from millpond import paths
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.lake import paths
 
 MILLPOND = str(Path(sys.executable).parent / "millpond")
 TABLES = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
 FAULT_POINTS = [
     *(f"{t}:{p}" for t in TABLES for p in ("before_write", "after_write", "after_table")),
     "bronze.activity:between_writes",  # bronze committed, its quarantine not yet
-    "random", "random", "random",  # a SIGKILL of the process group at any moment, as often as the named points
-]  # fmt: skip
+    "random",
+    "random",
+    "random",  # a SIGKILL of the process group at any moment, as often as the named points
+]
 
 
 def start_run(lake: Path, fault: str | None = None) -> subprocess.Popen:
@@ -45,8 +47,14 @@ def start_run(lake: Path, fault: str | None = None) -> subprocess.Popen:
     env.pop("MILLPOND_FAULT", None)
     if fault:
         env["MILLPOND_FAULT"] = fault
-    return subprocess.Popen([MILLPOND, "run", "activity"], env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [MILLPOND, "run", "activity"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def session_processes(proc: subprocess.Popen) -> list[psutil.Process]:
@@ -108,8 +116,14 @@ class Stress:
 
     def land(self) -> None:
         for _ in range(self.rng.choice((0, 1, 1, 2))):
-            activity_files(self.landing, 1, self.rng.randint(100, 300), duplicates=0.05, malformed=0.02,
-                           seed=self.rng.randrange(1 << 30))  # fmt: skip
+            activity_files(
+                self.landing,
+                1,
+                self.rng.randint(100, 300),
+                duplicates=0.05,
+                malformed=0.02,
+                seed=self.rng.randrange(1 << 30),
+            )
             self.files += 1
 
     def cycle(self) -> None:
@@ -143,8 +157,13 @@ class Stress:
         except AssertionError as exc:
             self.mismatches += 1
             self.problems.append(f"after {sum(self.kills.values())} kills: {exc}"[:2000])
-        self.rows_compared += (len(reference.bronze) + reference.quarantined + len(reference.silver)
-                               + len(reference.device_counts) + len(reference.hourly))  # fmt: skip
+        self.rows_compared += (
+            len(reference.bronze)
+            + reference.quarantined
+            + len(reference.silver)
+            + len(reference.device_counts)
+            + len(reference.hourly)
+        )
 
     def finish(self) -> None:
         proc = start_run(self.lake)
@@ -163,9 +182,11 @@ class Stress:
             "rows_compared": self.rows_compared,
             "mismatches": self.mismatches,
             "problems": self.problems,
-            "peak_rss_mb_first_last": [round(self.peaks[0] / 2**20), round(self.peaks[-1] / 2**20)] if self.peaks else [],
+            "peak_rss_mb_first_last": [round(self.peaks[0] / 2**20), round(self.peaks[-1] / 2**20)]
+            if self.peaks
+            else [],
             "checkpoint_files": {t: checkpoint_files(t) for t in TABLES},
-        }  # fmt: skip
+        }
 
 
 def run_stress(lake: Path, cycles: int, seed: int, spark) -> dict:
@@ -174,8 +195,11 @@ def run_stress(lake: Path, cycles: int, seed: int, spark) -> dict:
     stress.files += 2
     for number in range(cycles):
         stress.cycle()
-        print(f"stress: cycle {number + 1}/{cycles}: kills {sum(stress.kills.values())}, finished runs "
-              f"{stress.finished}, mismatches {stress.mismatches}", flush=True)  # fmt: skip
+        print(
+            f"stress: cycle {number + 1}/{cycles}: kills {sum(stress.kills.values())}, finished runs "
+            f"{stress.finished}, mismatches {stress.mismatches}",
+            flush=True,
+        )
     stress.finish()
     return stress.figures(cycles)
 
@@ -189,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import shutil
 
-    from spark_jobs.session import build_spark_session
+    from millpond.engine.session import build_spark_session
 
     lake = args.lake.resolve()
     shutil.rmtree(lake, ignore_errors=True)
@@ -202,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
-    print(f"stress: {figures['cycles']} cycles, {figures['kills']} kills, {figures['rows_compared']} rows compared, "
-          f"mismatches = {figures['mismatches']}; results {args.results}")  # fmt: skip
+    print(
+        f"stress: {figures['cycles']} cycles, {figures['kills']} kills, {figures['rows_compared']} rows compared, "
+        f"mismatches = {figures['mismatches']}; results {args.results}"
+    )
     return 1 if figures["mismatches"] else 0
 
 

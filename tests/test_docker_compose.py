@@ -33,8 +33,12 @@ def pins() -> dict[str, str]:
 def test_services_are_airflow3_postgres_init_and_a_spark_cluster(compose):
     assert set(compose["services"]) == {"postgres", "airflow-init", *AIRFLOW, *SPARK}
     commands = {name: compose["services"][name].get("command") for name in AIRFLOW}
-    assert commands == {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
-                        "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}  # fmt: skip
+    assert commands == {
+        "airflow-apiserver": "api-server",
+        "airflow-scheduler": "scheduler",
+        "airflow-dag-processor": "dag-processor",
+        "airflow-triggerer": "triggerer",
+    }
     assert "airflow db migrate" in "".join(compose["services"]["airflow-init"]["command"])
     assert compose["services"]["airflow-init"]["restart"] == "no"
 
@@ -94,4 +98,4 @@ def test_no_secrets_in_the_compose_file(compose):
 def test_the_image_installs_the_package_so_airflow_finds_the_report_plugin():
     dockerfile = (REPO / "docker" / "Dockerfile").read_text()
     assert "pip install --no-cache-dir --no-deps -e /opt/millpond" in dockerfile
-    assert 'millpond = "millpond.airflow_plugin:MillpondPlugin"' in (REPO / "pyproject.toml").read_text()
+    assert 'millpond = "millpond.airflow.plugin:MillpondPlugin"' in (REPO / "pyproject.toml").read_text()

@@ -13,8 +13,17 @@ import time
 
 import duckdb
 
-COLUMNS = {"Recorded_At": "TIMESTAMP", "Device": "VARCHAR", "Index": "BIGINT", "Model": "VARCHAR",
-           "User": "VARCHAR", "gt": "VARCHAR", "x": "DOUBLE", "y": "DOUBLE", "z": "DOUBLE"}  # fmt: skip
+COLUMNS = {
+    "Recorded_At": "TIMESTAMP",
+    "Device": "VARCHAR",
+    "Index": "BIGINT",
+    "Model": "VARCHAR",
+    "User": "VARCHAR",
+    "gt": "VARCHAR",
+    "x": "DOUBLE",
+    "y": "DOUBLE",
+    "z": "DOUBLE",
+}
 
 
 def main(landing: str, database: str) -> int:
@@ -23,9 +32,11 @@ def main(landing: str, database: str) -> int:
     db.execute(
         f"CREATE TABLE bronze AS SELECT *, filename AS _source_file, now() AS _ingested_at FROM read_json("
         f"'{landing}/*.json', format='newline_delimited', columns={COLUMNS!r}, ignore_errors=true, filename=true)"
-    )  # fmt: skip
-    db.execute("CREATE TABLE silver AS SELECT DISTINCT ON (Device, Index, Recorded_At) * FROM bronze "
-               "WHERE Device IS NOT NULL AND Recorded_At IS NOT NULL")  # fmt: skip
+    )
+    db.execute(
+        "CREATE TABLE silver AS SELECT DISTINCT ON (Device, Index, Recorded_At) * FROM bronze "
+        "WHERE Device IS NOT NULL AND Recorded_At IS NOT NULL"
+    )
     db.execute("CREATE TABLE device_counts AS SELECT Device, count(*) AS total_recordings FROM silver GROUP BY Device")
     db.close()
     seconds = time.perf_counter() - started

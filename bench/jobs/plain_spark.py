@@ -1,6 +1,6 @@
 """B3's baseline: what a Spark engineer writes without millpond. Read the JSON files, write one Delta table.
 
-Same session settings as millpond (spark_jobs.session), the same schema, the same `_source_file` and
+Same session settings as millpond (millpond.engine.session), the same schema, the same `_source_file` and
 `_ingested_at` columns; no quarantine, no rescue, no exactly-once bookkeeping. Prints one JSON line.
 
     python -m bench.jobs.plain_spark <landing folder> <delta path>
@@ -15,22 +15,26 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
-from millpond.driver_jit import java_options
+from millpond.engine.driver_jit import java_options
+from millpond.engine.session import build_spark_session
 from millpond.spec import Pipeline, load_pipeline
-from spark_jobs.session import build_spark_session
 
 
 def main(landing: str, target: str) -> int:
-    return timed_job("bench:plain-spark", lambda spark, pipeline: read_landed(spark, pipeline, landing)
-                     .write.format("delta").mode("append").save(target), target)  # fmt: skip
+    return timed_job(
+        "bench:plain-spark",
+        lambda spark, pipeline: read_landed(spark, pipeline, landing).write.format("delta").mode("append").save(target),
+        target,
+    )
 
 
 def read_landed(spark: SparkSession, pipeline: Pipeline, landing: str) -> DataFrame:
     """The landed JSON with the schema and bronze's two bookkeeping columns, as a Spark engineer would read it."""
     return (
-        spark.read.schema(pipeline.sources["landing.activity"].schema).json(landing)
+        spark.read.schema(pipeline.sources["landing.activity"].schema)
+        .json(landing)
         .selectExpr("*", "_metadata.file_path AS _source_file", "current_timestamp() AS _ingested_at")
-    )  # fmt: skip
+    )
 
 
 def timed_job(name: str, work: Callable[[SparkSession, Pipeline], None], counted: str) -> int:

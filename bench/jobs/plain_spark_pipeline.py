@@ -21,10 +21,23 @@ def main(landing: str, output: str) -> int:
 
     def work(spark, pipeline) -> None:
         read_landed(spark, pipeline, landing).write.format("delta").save(bronze)
-        (spark.read.format("delta").load(bronze).where("Device IS NOT NULL AND Recorded_At IS NOT NULL")
-         .dropDuplicates(["Device", "Index", "Recorded_At"]).write.format("delta").save(silver))  # fmt: skip
-        (spark.read.format("delta").load(silver).groupBy("Device").count()
-         .withColumnRenamed("count", "total_recordings").write.format("delta").save(gold))  # fmt: skip
+        (
+            spark.read.format("delta")
+            .load(bronze)
+            .where("Device IS NOT NULL AND Recorded_At IS NOT NULL")
+            .dropDuplicates(["Device", "Index", "Recorded_At"])
+            .write.format("delta")
+            .save(silver)
+        )
+        (
+            spark.read.format("delta")
+            .load(silver)
+            .groupBy("Device")
+            .count()
+            .withColumnRenamed("count", "total_recordings")
+            .write.format("delta")
+            .save(gold)
+        )
 
     return timed_job("bench:plain-spark-pipeline", work, bronze)
 

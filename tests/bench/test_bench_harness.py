@@ -19,8 +19,13 @@ pytestmark = pytest.mark.integration
 
 def test_tiny_scale_measures_both_sides_and_writes_results(tmp_path):
     out = tmp_path / "results-tiny.json"
-    done = subprocess.run([sys.executable, "-m", "bench.run", "--scale", "tiny", "--only", "B3,B4,B6", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=1200)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--scale", "tiny", "--only", "B3,B4,B6", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads(out.read_text())
     assert results["scale"] == "tiny" and results["machine"]["cores"] >= 1
@@ -35,6 +40,8 @@ def test_tiny_scale_measures_both_sides_and_writes_results(tmp_path):
     assert b6["detail"]["dags"] >= 1 and b6["detail"]["parse_seconds"]["n"] == 5
     b4 = results["benchmarks"]["B4"]["detail"]  # three sides: millpond, DuckDB, and plain Spark (the engine's floor)
     assert b4["ours_seconds"]["n"] == b4["duckdb_seconds"]["n"] == b4["plain_spark_seconds"]["n"] == 1
-    assert b4["plain_spark_over_duckdb"] == round(b4["plain_spark_seconds"]["median"] / b4["duckdb_seconds"]["median"], 2)
+    assert b4["plain_spark_over_duckdb"] == round(
+        b4["plain_spark_seconds"]["median"] / b4["duckdb_seconds"]["median"], 2
+    )
     table = out.with_suffix(".md").read_text()
     assert "| B3 |" in table and "| B4 |" in table and "| B6 |" in table and "make bench SCALE=tiny" in table

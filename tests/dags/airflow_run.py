@@ -20,12 +20,20 @@ LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'
 
 def airflow_env(home: Path, lake: Path, spark_conn: str = LOCAL_SPARK, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK_GATEWAY"))}
-    env.update({
-        "PATH": f"{BIN}:{env.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-        "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"), "AIRFLOW_CONN_SPARK_MILLPOND": spark_conn,
-        "MILLPOND_LAKE": str(lake), "MILLPOND_RETRY_DELAY_SECONDS": "1", "TZ": "UTC",
-    })  # fmt: skip
+    env.update(
+        {
+            "PATH": f"{BIN}:{env.get('PATH', '')}",
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW_CONN_SPARK_MILLPOND": spark_conn,
+            "MILLPOND_LAKE": str(lake),
+            "MILLPOND_RETRY_DELAY_SECONDS": "1",
+            "TZ": "UTC",
+        }
+    )
     env.update(extra)
     return env
 
@@ -35,8 +43,9 @@ def migrate(env: dict[str, str]) -> None:
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
 
 
-def start_dags_test(env: dict[str, str], logical_date: str, log: Path, conf: dict | None = None,
-                    dag_id: str = "activity") -> subprocess.Popen:  # fmt: skip
+def start_dags_test(
+    env: dict[str, str], logical_date: str, log: Path, conf: dict | None = None, dag_id: str = "activity"
+) -> subprocess.Popen:
     """`airflow dags test` in its own process group (so a test can always stop all of it)."""
     cmd = [str(BIN / "airflow"), "dags", "test", dag_id, logical_date]
     if conf:
@@ -45,8 +54,14 @@ def start_dags_test(env: dict[str, str], logical_date: str, log: Path, conf: dic
     return subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def dags_test(env: dict[str, str], logical_date: str, log: Path, conf: dict | None = None,
-              timeout: float = 900, dag_id: str = "activity") -> tuple[int, str]:  # fmt: skip
+def dags_test(
+    env: dict[str, str],
+    logical_date: str,
+    log: Path,
+    conf: dict | None = None,
+    timeout: float = 900,
+    dag_id: str = "activity",
+) -> tuple[int, str]:
     proc = start_dags_test(env, logical_date, log, conf, dag_id)
     try:
         rc = proc.wait(timeout=timeout)

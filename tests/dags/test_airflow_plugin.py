@@ -14,8 +14,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from millpond import reports, run_summary
-from millpond.airflow_plugin import MOUNT, MillpondPlugin, ReportLink, report_url_path
+from millpond.airflow.plugin import MOUNT, MillpondPlugin, ReportLink, report_url_path
+from millpond.runs import reports, run_summary
 
 pytestmark = pytest.mark.unit
 
@@ -57,7 +57,7 @@ def auth(token: str) -> dict[str, str]:
 
 def test_the_plugin_is_an_installed_airflow_entry_point():
     found = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="airflow.plugins")}
-    assert found.get("millpond") == "millpond.airflow_plugin:MillpondPlugin", found
+    assert found.get("millpond") == "millpond.airflow.plugin:MillpondPlugin", found
     [entry_point] = importlib.metadata.entry_points(group="airflow.plugins", name="millpond")
     assert entry_point.load() is MillpondPlugin
 
@@ -113,21 +113,32 @@ def test_refuses_everything_outside_the_reports_folder(client, token, report, la
 def test_the_gate_tasks_link_points_at_the_runs_report(lake, report):
     from airflow.models.taskinstancekey import TaskInstanceKey
 
-    from millpond.airflow_dags import build_all
+    from millpond.airflow.factory import build_all
 
     dag = build_all()["activity"]
     assert {t.task_id for t in dag.tasks if any(isinstance(x, ReportLink) for x in t.operator_extra_links)} == {
-        "ingest", "quality_gate", "gold"}  # fmt: skip
+        "ingest",
+        "quality_gate",
+        "gold",
+    }
     gate = dag.get_task("quality_gate")
     key = TaskInstanceKey(dag_id="activity", task_id="quality_gate", run_id="manual__1")
     [link] = gate.operator_extra_links
     # No summary for the run (ingest did not get that far): the index page.
     assert link.get_link(gate, ti_key=key) == "millpond/reports/index.html"
-    run_summary.merge("activity", "manual__1", "manual", [
-        {"table": "bronze.activity", "outcome": "succeeded"},
-        {"table": "silver.activity", "outcome": "gate_failed",
-         "gate": {"outcome": "failed", "report_path": str(report), "index_path": str(reports.index_path())}},
-    ])  # fmt: skip
+    run_summary.merge(
+        "activity",
+        "manual__1",
+        "manual",
+        [
+            {"table": "bronze.activity", "outcome": "succeeded"},
+            {
+                "table": "silver.activity",
+                "outcome": "gate_failed",
+                "gate": {"outcome": "failed", "report_path": str(report), "index_path": str(reports.index_path())},
+            },
+        ],
+    )
     url = "millpond/reports/datadocs/validations/activity/silver/activity/run-1/report.html"
     assert link.get_link(gate, ti_key=key) == url
     # A report that is gone (lake cleaned) or outside the folder: the index again.
@@ -141,8 +152,10 @@ def test_the_plugin_module_stays_light():
     import subprocess
     import sys
 
-    code = ("import sys, millpond.airflow_plugin as p; p.MillpondPlugin.external_views; "
-            "print(sorted(m for m in ('fastapi', 'airflow.api_fastapi.core_api.security') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys, millpond.airflow.plugin as p; p.MillpondPlugin.external_views; "
+        "print(sorted(m for m in ('fastapi', 'airflow.api_fastapi.core_api.security') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout

@@ -23,7 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from millpond import reports
+from millpond.runs import reports
 from tests.dags.airflow_run import group_alive, spark_processes, wait_for
 from tests.dags.conftest import REPO
 
@@ -81,15 +81,22 @@ def stack(tmp_path: Path):
     home, lake = tmp_path / "airflow_home", tmp_path / "lake"
     port, worker_logs, trigger_logs = free_ports(3)
     # Only what a user would have: no AIRFLOW_*/MILLPOND_* of this session, no make state of an outer make.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK", "SPARK_", "MAKE", "MFLAGS"))}  # fmt: skip
-    env.update({
-        "AIRFLOW_HOME": str(home), "MILLPOND_LAKE": str(lake), "AIRFLOW_PORT": str(port),
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs),
-        "AIRFLOW__CORE__PARALLELISM": "2",
-    })  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK", "SPARK_", "MAKE", "MFLAGS"))
+    }
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "MILLPOND_LAKE": str(lake),
+            "AIRFLOW_PORT": str(port),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs),
+            "AIRFLOW__CORE__PARALLELISM": "2",
+        }
+    )
     assert not accepts(port)
     info = {"env": env, "home": home, "lake": lake, "port": port, "ports": (port, worker_logs, trigger_logs)}
     try:
@@ -128,8 +135,10 @@ def test_make_up_serves_the_dags_behind_a_login_and_make_down_leaves_nothing(sta
     assert (home / "airflow.db").is_file() and (home / "airflow-standalone.log").is_file(), output
     pgid = int((home / "airflow.pgid").read_text())
     assert group_alive(pgid) and pgid != os.getpgid(0)
-    assert not (REPO / "airflow_home" / "airflow.pgid").exists() or int(
-        (REPO / "airflow_home" / "airflow.pgid").read_text()) != pgid  # fmt: skip
+    assert (
+        not (REPO / "airflow_home" / "airflow.pgid").exists()
+        or int((REPO / "airflow_home" / "airflow.pgid").read_text()) != pgid
+    )
 
     with httpx.Client(base_url=base, timeout=60) as http:
         assert http.get("/api/v2/monitor/health").status_code == 200

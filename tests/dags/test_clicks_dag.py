@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from millpond import run_summary
+from millpond.runs import run_summary
 from tests.dags.airflow_run import airflow_env, dags_test, migrate, spark_processes
 from tests.spark_jobs.test_joins import (
     DIMENSIONS,
@@ -21,7 +21,7 @@ from tests.spark_jobs.test_joins import (
     read_gold,
     read_joined,
     reference,
-)  # fmt: skip
+)
 
 pytestmark = pytest.mark.integration
 
@@ -63,5 +63,6 @@ def test_the_first_clicks_dag_run_on_a_fresh_lake_succeeds_without_spark(tmp_pat
     printed = next(line for line in log.splitlines() if line.startswith("run ") and " of pipeline clicks " in line)
     summary = run_summary.load("clicks", printed.split()[1], root=lake)
     assert {t["table"]: (t["outcome"], t["rows_written"]) for t in summary["tables"]} == {
-        t: ("succeeded", 0) for t in TABLES}  # fmt: skip
+        t: ("succeeded", 0) for t in TABLES
+    }
     assert not (lake / "bronze").exists() and not (lake / "_checkpoints").exists()

@@ -17,8 +17,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from millpond import driver_jit
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.engine import driver_jit
 from tests.dags.airflow_run import BIN, airflow_env, dags_test, migrate, spark_processes, stop_group, wait_for
 from tests.lake_tables import assert_matches_reference
 from tests.reference import activity_reference
@@ -46,29 +46,72 @@ def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark-cluster")
     port, webui = free_port(), free_port()
     # spark-class from the pip package finds its SPARK_HOME through the first python3 on PATH: make it ours.
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_HOME": str(Path(pyspark.__file__).parent), "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_LOG_DIR": str(root), "SPARK_WORKER_DIR": str(root / "work")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_HOME": str(Path(pyspark.__file__).parent),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(root),
+        "SPARK_WORKER_DIR": str(root / "work"),
+    }
     started = []
     try:
-        started.append(subprocess.Popen(
-            [str(BIN / "spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-             str(port), "--webui-port", str(webui)],
-            env=env, stdout=open(root / "master.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
-        assert wait_for(lambda: master_state(webui).get("status") == "ALIVE" or started[0].poll() is not None,
-                        timeout=120) and started[0].poll() is None, (root / "master.log").read_text()[-2000:]
-        started.append(subprocess.Popen(
-            [str(BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
-             "--memory", "2g", "--webui-port", str(free_port()), "--work-dir", str(root / "work"),
-             f"spark://127.0.0.1:{port}"],
-            env=env, stdout=open(root / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
-        assert wait_for(lambda: master_state(webui).get("aliveworkers", 0) >= 1 or started[1].poll() is not None,
-                        timeout=120) and started[1].poll() is None, (root / "worker.log").read_text()[-2000:]
+        started.append(
+            subprocess.Popen(
+                [
+                    str(BIN / "spark-class"),
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(webui),
+                ],
+                env=env,
+                stdout=open(root / "master.log", "w"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        assert (
+            wait_for(lambda: master_state(webui).get("status") == "ALIVE" or started[0].poll() is not None, timeout=120)
+            and started[0].poll() is None
+        ), (root / "master.log").read_text()[-2000:]
+        started.append(
+            subprocess.Popen(
+                [
+                    str(BIN / "spark-class"),
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    "2",
+                    "--memory",
+                    "2g",
+                    "--webui-port",
+                    str(free_port()),
+                    "--work-dir",
+                    str(root / "work"),
+                    f"spark://127.0.0.1:{port}",
+                ],
+                env=env,
+                stdout=open(root / "worker.log", "w"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        assert (
+            wait_for(
+                lambda: master_state(webui).get("aliveworkers", 0) >= 1 or started[1].poll() is not None, timeout=120
+            )
+            and started[1].poll() is None
+        ), (root / "worker.log").read_text()[-2000:]
         yield f"spark://127.0.0.1:{port}", webui, root / "work"
     finally:
         for proc in reversed(started):
             stop_group(proc)
-    # fmt: skip
 
 
 def test_the_dag_on_a_standalone_cluster_gives_the_reference_tables(cluster, tmp_path, spark, monkeypatch):

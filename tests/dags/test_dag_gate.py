@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from millpond import paths, reports, run_summary
-from millpond.delta_log import table_state
-from millpond.generate import activity_files, land_file
+from millpond.dev.sample_data import activity_files, land_file
+from millpond.lake import paths
+from millpond.lake.delta_log import table_state
+from millpond.runs import reports, run_summary
 from tests.dags.airflow_run import airflow_env, dags_test, migrate, spark_processes
 from tests.lake_tables import device_counts, hourly
 
@@ -44,8 +45,10 @@ def test_failing_increment_fails_quality_gate_and_leaves_silver_and_gold_unchang
     activity_files(lake / "landing" / "activity", 1, 200, seed=7)
     rc, log = dags_test(env, "2026-11-02T05:00:00+00:00", root / "clean.log")
     assert rc == 0, log[-3000:]
-    before = {t: table_state(paths.table_path(t)).version for t in ("silver.activity", "gold.device_counts",
-                                                                     "gold.activity_hourly")}  # fmt: skip
+    before = {
+        t: table_state(paths.table_path(t)).version
+        for t in ("silver.activity", "gold.device_counts", "gold.activity_hourly")
+    }
     gold_before = (device_counts(spark), hourly(spark))
 
     land_with_flying_rows(lake)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from millpond import settings
 from millpond.spec import all_spec_paths, load_pipeline
 from tests.dags.conftest import REPO
 
@@ -39,10 +40,23 @@ def pipelines():
 
 def test_dag_files_import_without_errors_quickly_and_without_heavy_modules():
     # Loaded only when a task runs: the Spark provider (it pulls in `requests`), the TaskFlow operators, delta-rs.
-    heavy = ["pyspark", "delta", "deltalake", "great_expectations", "pandas", "requests",
-             "airflow.providers.apache.spark.hooks.spark_submit", "airflow.providers.standard.operators.python"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", PARSE, str(REPO / "dags"), *heavy], capture_output=True, text=True,
-                         timeout=120, check=True).stdout  # fmt: skip
+    heavy = [
+        "pyspark",
+        "delta",
+        "deltalake",
+        "great_expectations",
+        "pandas",
+        "requests",
+        "airflow.providers.apache.spark.hooks.spark_submit",
+        "airflow.providers.standard.operators.python",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", PARSE, str(REPO / "dags"), *heavy],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["errors"] == {}
     assert result["dags"] == sorted(p.stem for p in all_spec_paths())
@@ -54,8 +68,11 @@ def test_each_pipeline_task_graph_matches_its_spec(dagbag, pipelines):
     for pipeline in pipelines:
         dag = dagbag.dags[pipeline.name]
         assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-            "ingest": ["quality_gate"], "quality_gate": ["gold"], "gold": ["run_summary"], "run_summary": [],
-        }  # fmt: skip
+            "ingest": ["quality_gate"],
+            "quality_gate": ["gold"],
+            "gold": ["run_summary"],
+            "run_summary": [],
+        }
         assert dag.max_active_runs == 1 and dag.catchup == pipeline.catchup
         assert dag.start_date.date() == pipeline.start_date and dag.start_date.tzinfo is not None
         assert set(pipeline.tags) | {"millpond"} <= set(dag.tags)
@@ -66,7 +83,7 @@ def test_each_pipeline_task_graph_matches_its_spec(dagbag, pipelines):
         assert ingest.application_args[:3] == [pipeline.name, "--layers", "bronze,silver"]
         assert "--defer-gate-failure" in ingest.application_args
         assert gold.application_args[:3] == [pipeline.name, "--layers", "gold"]
-        assert ingest.application.endswith("spark_jobs/runner.py") and ingest._conn_id == "spark_millpond"
+        assert ingest.application.endswith("millpond/engine/runner.py") and ingest._conn_id == "spark_millpond"
 
         def outlets(task_id, dag=dag):
             return sorted(a.name for a in dag.get_task(task_id).outlets)
@@ -87,9 +104,10 @@ def render(dag, task_id, params, run_type="scheduled", interval=True):
 
     task = dag.get_task(task_id)
     context = {
-        "run_id": "scheduled__2026-11-01T01:00:00+00:00", "dag_run": SimpleNamespace(run_type=run_type),
+        "run_id": "scheduled__2026-11-01T01:00:00+00:00",
+        "dag_run": SimpleNamespace(run_type=run_type),
         "params": {"full_refresh": params},
-    }  # fmt: skip
+    }
     if interval:  # Airflow 3 leaves both keys out of the context of a run without a logical date
         context["data_interval_start"] = datetime(2026, 11, 1, 1, tzinfo=UTC)
         context["data_interval_end"] = datetime(2026, 11, 1, 2, tzinfo=UTC)
@@ -112,7 +130,10 @@ def test_a_run_without_a_logical_date_renders_no_interval_in_every_task(dagbag, 
         for task_id in ("ingest", "gold"):
             args = render(dagbag.dags[pipeline.name], task_id, [], run_type="manual", interval=False)
             assert (args["--trigger"], args["--data-interval-start"], args["--data-interval-end"]) == (
-                "manual", "none", "none"), (pipeline.name, task_id, args)  # fmt: skip
+                "manual",
+                "none",
+                "none",
+            ), (pipeline.name, task_id, args)
     assert args["--full-refresh"] == ""
 
 
@@ -125,19 +146,18 @@ def test_full_refresh_goes_to_the_first_application_owning_a_chosen_table(dagbag
 
 
 def test_every_delta_table_is_an_asset_other_dags_can_schedule_on(pipelines):
-    from millpond import paths
-    from millpond.airflow_dags import table_asset
+    from millpond.airflow.factory import table_asset
 
     asset = table_asset("silver.activity")
     assert asset.name == "delta.silver.activity"
     assert asset.uri == "x-millpond://silver/activity"
-    assert str(paths.lake_root()) not in asset.uri  # the same asset wherever the lake is (README "Assets")
+    assert str(settings.lake_root()) not in asset.uri  # the same asset wherever the lake is (README "Assets")
 
 
 def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
-    from millpond.airflow_dags import spark_master
+    from millpond.airflow.factory import spark_master
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "local[2]"}')
     assert spark_master() == "local[2]"
@@ -149,18 +169,37 @@ def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
 
 
 def test_gate_failure_message_names_suite_expectation_count_and_report():
-    from millpond.airflow_dags import gate_failures
+    from millpond.airflow.factory import gate_failures
 
-    summary = {"tables": [
-        {"table": "bronze.activity", "outcome": "succeeded"},
-        {"table": "silver.activity", "outcome": "gate_failed", "gate": {
-            "suite": "activity.silver.activity", "report_path": "/lake/_reports/x.html",
-            "failed_expectations": [{"expectation": "expect_column_values_to_not_be_null", "column": "gt",
-                                     "severity": "critical", "unexpected_count": 7}]}},
-    ]}  # fmt: skip
+    summary = {
+        "tables": [
+            {"table": "bronze.activity", "outcome": "succeeded"},
+            {
+                "table": "silver.activity",
+                "outcome": "gate_failed",
+                "gate": {
+                    "suite": "activity.silver.activity",
+                    "report_path": "/lake/_reports/x.html",
+                    "failed_expectations": [
+                        {
+                            "expectation": "expect_column_values_to_not_be_null",
+                            "column": "gt",
+                            "severity": "critical",
+                            "unexpected_count": 7,
+                        }
+                    ],
+                },
+            },
+        ]
+    }
     (message,) = gate_failures(summary)
-    for part in ("silver.activity", "activity.silver.activity", "expect_column_values_to_not_be_null", "unexpected=7",
-                 "/lake/_reports/x.html"):  # fmt: skip
+    for part in (
+        "silver.activity",
+        "activity.silver.activity",
+        "expect_column_values_to_not_be_null",
+        "unexpected=7",
+        "/lake/_reports/x.html",
+    ):
         assert part in message
     assert gate_failures({"tables": [{"table": "t", "outcome": "succeeded"}]}) == []
 
@@ -185,7 +224,7 @@ def test_a_kafka_dag_without_its_broker_address_fails_its_run_naming_the_variabl
 
 def test_a_task_with_its_own_spark_conf_is_submitted_not_handed_to_the_warm_driver(dagbag, monkeypatch, tmp_path):
     """Only a new JVM applies a task's own Spark conf (spark.driver.memory, ...): such a task skips the warm driver."""
-    from millpond import warm_driver
+    from millpond.engine import warm_driver
 
     lake = tmp_path / "lake"
     monkeypatch.setenv(warm_driver.ENV, "on")
@@ -198,7 +237,7 @@ def test_a_task_with_its_own_spark_conf_is_submitted_not_handed_to_the_warm_driv
 
 def test_a_kafka_pipeline_without_its_broker_address_is_created_paused_and_says_why(pipelines, monkeypatch):
     """`make up` unpauses DAGs at creation; one that cannot succeed without its broker stays paused, with the reason."""
-    from millpond.airflow_dags import build_dag
+    from millpond.airflow.factory import build_dag
 
     monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
     paused = {p.name: build_dag(p) for p in pipelines}

@@ -16,10 +16,12 @@ import sys
 import psutil
 import pytest
 
-from millpond import paths, run_summary, warm_driver
-from millpond.delta_log import table_state
-from millpond.generate import activity_files
-from millpond.lock import PipelineBusy, pipeline_lock
+from millpond.dev.sample_data import activity_files
+from millpond.engine import warm_driver
+from millpond.lake import paths
+from millpond.lake.delta_log import table_state
+from millpond.lake.lock import PipelineBusy, pipeline_lock
+from millpond.runs import run_summary
 from tests.dags.airflow_run import (
     airflow_env,
     dags_test,
@@ -28,7 +30,7 @@ from tests.dags.airflow_run import (
     start_dags_test,
     stop_group,
     wait_for,
-)  # fmt: skip
+)
 from tests.lake_tables import assert_matches_reference
 from tests.reference import activity_reference
 
@@ -86,8 +88,9 @@ def test_dag_run_processes_landed_files_end_to_end(site, spark):
     # spark-submit started the ingest task's driver JVM with C1 only (read back from the JVM by the runner); gold's
     # first run reads all of silver, which is not sized before it starts, so it keeps the default JIT.
     assert "millpond: driver JIT quick (C1 only, methods of any size): 0.1 MB of new input <= 32 MB" in log, log[-3000:]
-    assert ("millpond: driver JIT full (tiered C1 + C2, methods of any size): this run's new input cannot be "
-            "sized") in log, log[-3000:]
+    assert (
+        "millpond: driver JIT full (tiered C1 + C2, methods of any size): this run's new input cannot be sized"
+    ) in log, log[-3000:]
     with sqlite3.connect(root / "airflow_home" / "airflow.db") as db:  # per-table XComs of run_summary
         rows = db.execute("SELECT key FROM xcom WHERE task_id = 'run_summary' AND run_id = ?", (run_id,))
         keys = {key for (key,) in rows}
@@ -96,7 +99,8 @@ def test_dag_run_processes_landed_files_end_to_end(site, spark):
     events = spark.read.format("delta").load(str(paths.event_log_path())).where(f"run_id = '{run_id}'").collect()
     assert {e.table for e in events} == set(TABLES)
     assert {(e.data_interval_start.isoformat(), e.data_interval_end.isoformat()) for e in events} == {
-        ("2026-11-02T04:00:00", "2026-11-02T05:00:00")}
+        ("2026-11-02T04:00:00", "2026-11-02T05:00:00")
+    }
     assert {e.trigger for e in events} == {"manual"}
 
 
@@ -121,7 +125,7 @@ def test_backfill_of_two_intervals_adds_no_duplicates_and_the_second_writes_noth
 
 HOLD = """
 import sys, time
-from millpond.lock import pipeline_lock
+from millpond.lake.lock import pipeline_lock
 with pipeline_lock("activity", "manual-writer"):
     print("locked", flush=True)
     time.sleep(600)
@@ -132,12 +136,16 @@ def test_a_second_writer_is_refused_with_a_clear_message_and_writes_nothing(site
     root, lake, env = site
     land(lake, 1, seed=3)
     before = versions()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True,
-                              env={**env, "MILLPOND_LAKE": str(lake)}, start_new_session=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**env, "MILLPOND_LAKE": str(lake)},
+        start_new_session=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        rc, log = dags_test({**env, "MILLPOND_LOCK_WAIT_SECONDS": "0"}, "2026-11-02T06:00:00+00:00",
-                            root / "busy.log")  # fmt: skip
+        rc, log = dags_test({**env, "MILLPOND_LOCK_WAIT_SECONDS": "0"}, "2026-11-02T06:00:00+00:00", root / "busy.log")
     finally:
         stop_group(holder)
     assert rc != 0
@@ -159,8 +167,9 @@ def test_a_killed_task_leaves_no_jvm_and_no_lock(site, how):
     root, lake, env = site
     land(lake, 2, seed=10 if how == "sigterm" else 11)
     # A long retry delay: the retry after the kill must not start a new application while we look.
-    proc = start_dags_test({**env, "MILLPOND_RETRY_DELAY_SECONDS": "600"}, "2026-11-02T07:00:00+00:00",
-                           root / f"kill-{how}.log")  # fmt: skip
+    proc = start_dags_test(
+        {**env, "MILLPOND_RETRY_DELAY_SECONDS": "600"}, "2026-11-02T07:00:00+00:00", root / f"kill-{how}.log"
+    )
     try:
         holder = wait_for(_lock_holder, timeout=300)
         assert holder, "the Spark job never took the pipeline lock"
@@ -169,7 +178,8 @@ def test_a_killed_task_leaves_no_jvm_and_no_lock(site, how):
         assert holder["pid"] in {p.pid for p in spark}, "the lock is held by the Python driver"
         os.kill(proc.pid, signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
         assert wait_for(lambda: not any(p.is_running() and p.status() != "zombie" for p in spark), timeout=60), (
-            f"left running: {[(p.pid, p.name()) for p in spark if p.is_running()]}")
+            f"left running: {[(p.pid, p.name()) for p in spark if p.is_running()]}"
+        )
         assert _lock_holder() is None, "lock still held"
     finally:
         stop_group(proc)

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from millpond import run_summary
-from millpond.kafka_broker import consume, free_port
+from millpond.dev.kafka_broker import consume, free_port
+from millpond.runs import run_summary
 from tests.dags.airflow_run import airflow_env, dags_test, migrate, spark_processes
 from tests.dags.conftest import REPO
 from tests.device_status_reference import Feed
@@ -34,15 +34,22 @@ MILLPOND = os.path.join(os.path.dirname(sys.executable), "millpond")
 
 def make(target: str, env: dict[str, str], *variables: str) -> subprocess.CompletedProcess:
     """A Makefile target as a user runs it (`-o`: the venv and jars are this session's, not rebuilt)."""
-    done = subprocess.run(["make", "--no-print-directory", "-o", "setup", "-o", "kafka-broker", target, *variables],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-o", "setup", "-o", "kafka-broker", target, *variables],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"make {target}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
     return done
 
 
 def generate(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([MILLPOND, "generate", "device_status", *args], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [MILLPOND, "generate", "device_status", *args], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
@@ -81,8 +88,12 @@ def test_generated_events_through_a_dag_run_match_the_reference(tmp_path, spark,
         sent = generate(user, "--files", "2", "--rows", "150", "--malformed", "0.03", "--seed", "5")
         assert f"to topic {events} on {bootstrap}: 2 hour(s) of events from 2026-11-01 00:00 UTC" in sent, sent
 
-        env = airflow_env(tmp_path / "airflow_home", lake, MILLPOND_KAFKA_BOOTSTRAP=bootstrap,
-                          MILLPOND_PIPELINES=str(tmp_path / "pipelines"))  # fmt: skip
+        env = airflow_env(
+            tmp_path / "airflow_home",
+            lake,
+            MILLPOND_KAFKA_BOOTSTRAP=bootstrap,
+            MILLPOND_PIPELINES=str(tmp_path / "pipelines"),
+        )
         migrate(env)
         rc, log = dags_test(env, "2026-11-02T05:00:00+00:00", tmp_path / "run.log", dag_id="device_status")
         assert rc == 0, log[-3000:]
@@ -96,7 +107,9 @@ def test_generated_events_through_a_dag_run_match_the_reference(tmp_path, spark,
         assert_tables_match(spark, feed)
         assert sent_alerts(spark, bootstrap, alerts) == feed.alerts()
 
-        printed = next(line for line in log.splitlines() if line.startswith("run ") and " of pipeline device_st" in line)
+        printed = next(
+            line for line in log.splitlines() if line.startswith("run ") and " of pipeline device_st" in line
+        )
         summary = run_summary.load("device_status", printed.split()[1])
         assert sorted(t["table"] for t in summary["tables"]) == sorted(TABLES)
         assert all(t["outcome"] == "succeeded" for t in summary["tables"]), summary
@@ -107,7 +120,7 @@ def test_generated_events_through_a_dag_run_match_the_reference(tmp_path, spark,
         # The next hour's events start after the newest event time already in the topic.
         newest = max(event_times(messages))
         generate(user, "--files", "1", "--rows", "20", "--seed", "6")
-        later = event_times(consume(spark, bootstrap, events)[len(messages):])
+        later = event_times(consume(spark, bootstrap, events)[len(messages) :])
         next_hour = newest.replace(minute=0) + timedelta(hours=1)
         assert later and min(later) >= next_hour - timedelta(minutes=40) and max(later) >= next_hour, (newest, later)
     finally:

@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from millpond import run_summary
-from millpond.delta_log import table_state
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.lake.delta_log import table_state
+from millpond.runs import run_summary
 from tests.dags.airflow_run import spark_processes, wait_for
 from tests.dags.test_airflow_up import make, stack  # noqa: F401 - `stack` is the fixture this module uses
 
@@ -127,8 +127,9 @@ def test_make_up_on_a_fresh_lake_every_run_start_succeeds(stack):  # noqa: F811 
 
     # A backfill of two intervals: two runs, one at a time, both green (nothing new: no Spark application).
     begin = datetime(2026, 11, 3, 0, tzinfo=UTC)
-    BackfillApi(api).create_backfill(BackfillPostBody(dag_id="activity", from_date=begin,
-                                                      to_date=begin + timedelta(hours=1), dag_run_conf={}))  # fmt: skip
+    BackfillApi(api).create_backfill(
+        BackfillPostBody(dag_id="activity", from_date=begin, to_date=begin + timedelta(hours=1), dag_run_conf={})
+    )
 
     def backfill_runs():
         runs = [r for r in runs_api.get_dag_runs("activity").dag_runs if str(r.run_type.value) == "backfill"]

@@ -15,8 +15,9 @@ import subprocess
 import pytest
 from deltalake import DeltaTable
 
-from millpond import paths, run_summary
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.lake import paths
+from millpond.runs import run_summary
 from tests.dags.airflow_run import BIN, airflow_env, dags_test, migrate, spark_processes, stop_group
 from tests.dags.conftest import REPO
 
@@ -75,8 +76,13 @@ def test_a_run_without_a_logical_date_succeeds_and_records_no_interval(site):
     land(lake, seed=1)
     log_path = root / "no-logical-date.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(BIN / "python"), "-c", WITHOUT_LOGICAL_DATE, str(REPO / "dags"), "activity"],
-                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [str(BIN / "python"), "-c", WITHOUT_LOGICAL_DATE, str(REPO / "dags"), "activity"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             rc = proc.wait(timeout=900)
         finally:
@@ -118,5 +124,6 @@ def test_two_lakes_against_one_airflow_database_both_succeed(site):
     # One asset per table (of every pipeline), none holding a lake path, and all of them active.
     assert assets == active, (assets, active)
     assert {(n, u) for n, u in assets if n.removeprefix("delta.") in TABLES} == {
-        (f"delta.{t}", f"x-millpond://{t.replace('.', '/')}") for t in TABLES}  # fmt: skip
+        (f"delta.{t}", f"x-millpond://{t.replace('.', '/')}") for t in TABLES
+    }
     assert not [u for _, u in assets if str(root) in u or u.startswith("file:")], assets

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from millpond import driver_jit, paths
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.engine import driver_jit, runner
+from millpond.lake import paths
 from millpond.spec import SpecError, load_pipeline
-from spark_jobs import runner
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,9 @@ def test_pending_input_is_what_each_checkpoint_has_not_read_yet(spark, lake):
     commit = paths.table_path(BRONZE) / "_delta_log" / "00000000000000000001.json"
     assert '"add"' in commit.read_text()
     assert driver_jit.pending_input_bytes(pipeline, [SILVER]) > 0
-    assert driver_jit.pending_input_bytes(pipeline, [SILVER, GOLD]) == driver_jit.pending_input_bytes(pipeline, [SILVER])
+    assert driver_jit.pending_input_bytes(pipeline, [SILVER, GOLD]) == driver_jit.pending_input_bytes(
+        pipeline, [SILVER]
+    )
     assert driver_jit.choose(pipeline, [SILVER, GOLD], full_refresh=False).mode == "quick"
 
     # A big landing (a sparse file: sized, never read here) gets the default JIT, and says why.
@@ -73,14 +75,21 @@ def test_millpond_run_starts_a_c1_only_driver_for_an_increment_and_the_default_j
     megabytes = sum(f.stat().st_size for f in landed) / 2**20
     env = {**os.environ, "MILLPOND_LAKE": str(lake)}
     env.pop(driver_jit.ENV, None)
-    small = subprocess.run([sys.executable, "-m", "millpond.cli", "run", "activity"], env=env, capture_output=True,
-                           text=True, timeout=600)  # fmt: skip
+    small = subprocess.run(
+        [sys.executable, "-m", "millpond.cli", "run", "activity"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert small.returncode == 0, small.stderr[-3000:]
     # The line reads the JVM's own input arguments, so it says what the JVM runs, not what was asked for.
     line = f"millpond: driver JIT quick (C1 only, methods of any size): {megabytes:.1f} MB of new input <= 32 MB"
     assert line in small.stdout, small.stdout[-3000:]
-    full = subprocess.run([sys.executable, "-m", "millpond.cli", "run", "activity", "--full-refresh", BRONZE],
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    full = subprocess.run(
+        [sys.executable, "-m", "millpond.cli", "run", "activity", "--full-refresh", BRONZE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert full.returncode == 0, full.stderr[-3000:]
-    assert ("millpond: driver JIT full (tiered C1 + C2, methods of any size): a full refresh rereads every landed "
-            "file") in full.stdout
+    assert (
+        "millpond: driver JIT full (tiered C1 + C2, methods of any size): a full refresh rereads every landed file"
+    ) in full.stdout

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from millpond import cli
-from millpond.generate import activity_files, device_events
+from millpond.dev.sample_data import activity_files, device_events
 
 pytestmark = pytest.mark.unit
 
@@ -48,14 +48,19 @@ def test_duplicates_and_malformed_rates_are_applied(tmp_path):
 
 
 def test_clicks_rounds_land_impressions_and_the_clicks_on_them(tmp_path):
-    from millpond.generate import clicks_files
+    from millpond.dev.sample_data import clicks_files
 
     impressions, clicks = tmp_path / "impressions", tmp_path / "clicks"
     first = clicks_files(impressions, clicks, files=2, rows=500, seed=1)
     second = clicks_files(impressions, clicks, files=1, rows=500, seed=2)
-    assert [p.name for p in first + second] == ["impressions-000000.json", "clicks-000000.json",
-                                                "impressions-000001.json", "clicks-000001.json",
-                                                "impressions-000002.json", "clicks-000002.json"]  # fmt: skip
+    assert [p.name for p in first + second] == [
+        "impressions-000000.json",
+        "clicks-000000.json",
+        "impressions-000001.json",
+        "clicks-000001.json",
+        "impressions-000002.json",
+        "clicks-000002.json",
+    ]
     assert not [p for p in tmp_path.rglob(".*")]  # no temp files left
 
     def records(path):
@@ -69,8 +74,10 @@ def test_clicks_rounds_land_impressions_and_the_clicks_on_them(tmp_path):
         clicked = records(clicks / f"clicks-{k:06d}.json")
         assert len(shown) == 500 and 0.2 < len(clicked) / 500 < 0.4  # about 30 % clicked, each once at most
         assert len({c["impression_id"] for c in clicked}) == len(clicked)
-        lags = [(time(c["click_time"]) - time(shown[c["impression_id"]]["impression_time"])).total_seconds() / 60
-                for c in clicked]  # every click is on an impression of its own round  # fmt: skip
+        lags = [
+            (time(c["click_time"]) - time(shown[c["impression_id"]]["impression_time"])).total_seconds() / 60
+            for c in clicked
+        ]  # every click is on an impression of its own round
         assert all(0 <= lag <= 50 or 61 <= lag <= 90 for lag in lags)
         assert 0 < sum(lag > 60 for lag in lags) < len(lags) * 0.25  # about one in ten out of the join's range
         hours = {time(r["impression_time"]).hour for r in shown.values()}
@@ -94,8 +101,9 @@ def test_device_events_report_once_a_minute_with_late_malformed_and_unknown_ones
         events.append((datetime.fromisoformat(event["event_time"]), event))
     assert 0.02 < bad / len(messages) < 0.09  # about --malformed of them
     times = [(e["device_id"], t) for t, e in events]
-    assert len(set(times)) == len(times) and all(t.second == 0 and start <= t < start + timedelta(hours=2)
-                                                 for _, t in times)  # at most once a minute, on the minute
+    assert len(set(times)) == len(times) and all(
+        t.second == 0 and start <= t < start + timedelta(hours=2) for _, t in times
+    )  # at most once a minute, on the minute
     late = sum(later < earlier for (earlier, _), (later, _) in zip(events, events[1:], strict=False))
     assert 0 < late < len(events) * 0.15  # about one in twenty sent after younger events
     assert {e["status"] for _, e in events} >= {"ok", "warning", "rebooting"}  # rebooting: the gate sets it aside

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from millpond import paths
-from millpond.lock import PipelineBusy, pipeline_lock
+from millpond.lake import paths
+from millpond.lake.lock import PipelineBusy, pipeline_lock
 
 pytestmark = pytest.mark.unit
 
 HOLD = """
 import sys, time
-from millpond.lock import pipeline_lock
+from millpond.lake.lock import pipeline_lock
 with pipeline_lock("activity", "holder-run"):
     print("locked", flush=True)
     time.sleep(120)

@@ -7,20 +7,30 @@ import re
 
 import pytest
 
-from millpond import reports
+from millpond.runs import reports
 
 pytestmark = pytest.mark.unit
 
 
 def entry(run_id: str, batch_id: int, gt_ok: bool, rows: int, dropped: int, hour: int) -> dict:
     report = reports.docs_dir() / "validations" / run_id / f"batch{batch_id}.html"
-    return {"pipeline": "activity", "table": "silver.activity", "suite": "activity.silver.activity", "run_id": run_id,
-            "batch_id": batch_id, "mode": "run", "outcome": "passed" if gt_ok else "failed", "element_count": rows,
-            "rows_dropped": dropped, "report_path": str(report), "validated_at": f"2026-11-02T{hour:02d}:00:00+00:00",
-            "expectations": [
-                {"expectation": "not_null(Device)", "severity": "fail", "success": True, "unexpected_count": 0},
-                {"expectation": "in_set(gt)", "severity": "warn", "success": gt_ok, "unexpected_count": 0 if gt_ok else 3},
-            ]}  # fmt: skip
+    return {
+        "pipeline": "activity",
+        "table": "silver.activity",
+        "suite": "activity.silver.activity",
+        "run_id": run_id,
+        "batch_id": batch_id,
+        "mode": "run",
+        "outcome": "passed" if gt_ok else "failed",
+        "element_count": rows,
+        "rows_dropped": dropped,
+        "report_path": str(report),
+        "validated_at": f"2026-11-02T{hour:02d}:00:00+00:00",
+        "expectations": [
+            {"expectation": "not_null(Device)", "severity": "fail", "success": True, "unexpected_count": 0},
+            {"expectation": "in_set(gt)", "severity": "warn", "success": gt_ok, "unexpected_count": 0 if gt_ok else 3},
+        ],
+    }
 
 
 def cells(row_html: str) -> list[str]:
@@ -28,9 +38,11 @@ def cells(row_html: str) -> list[str]:
 
 
 def test_the_index_shows_each_expectation_over_the_last_runs_with_counts_and_links(lake):
-    runs = [("scheduled__2026-11-02T01:00:00+00:00", [(True, 100, 0)]),
-            ("scheduled__2026-11-02T02:00:00+00:00", [(True, 50, 2), (False, 40, 1)]),  # two batches, one warned
-            ("manual__2026-11-02T03:30:00+00:00", [(True, 10, 0)])]  # fmt: skip
+    runs = [
+        ("scheduled__2026-11-02T01:00:00+00:00", [(True, 100, 0)]),
+        ("scheduled__2026-11-02T02:00:00+00:00", [(True, 50, 2), (False, 40, 1)]),  # two batches, one warned
+        ("manual__2026-11-02T03:30:00+00:00", [(True, 10, 0)]),
+    ]
     hour = 0
     for run_id, batches in runs:
         for batch_id, (ok, rows, dropped) in enumerate(batches):

@@ -13,13 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from millpond import reports
+from millpond.runs import reports
 from millpond.spec import load_pipeline
 
 pytestmark = pytest.mark.integration
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium() -> str:
@@ -40,7 +48,7 @@ def render(url: str, profile: Path, screenshot: Path | None = None) -> str:
 
 
 def test_data_docs_and_index_render_and_name_the_failing_expectation(spark, lake, tmp_path):
-    from spark_jobs.quality import Gate
+    from millpond.engine.quality import Gate
 
     table = load_pipeline("activity").tables["silver.activity"]
     batch = spark.sql(
@@ -88,7 +96,7 @@ def test_data_docs_load_nothing_from_the_internet_and_render_styled(spark, lake,
     import json
     import re
 
-    from spark_jobs.quality import Gate
+    from millpond.engine.quality import Gate
 
     table = load_pipeline("activity").tables["silver.activity"]
     batch = spark.sql(
@@ -105,7 +113,8 @@ def test_data_docs_load_nothing_from_the_internet_and_render_styled(spark, lake,
         text = shown.read_text()
         local = re.findall(r"""<(?:script|link)\b[^>]*?\b(?:src|href)=["']([^"'#]+)["']""", text)
         assert all((shown.parent / ref).resolve().is_file() for ref in local), [
-            ref for ref in local if not (shown.parent / ref).resolve().is_file()]  # fmt: skip
+            ref for ref in local if not (shown.parent / ref).resolve().is_file()
+        ]
     assert "vendor/bootstrap/4.3.1/css/bootstrap.min.css" in page.read_text()
 
     probe = page.with_name("probe.html")

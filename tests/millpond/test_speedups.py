@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from millpond import speedups
+from millpond.engine import speedups
 from millpond.spec import SpecError
 from tests.stress import MILLPOND
 
@@ -31,16 +31,21 @@ def test_a_typo_is_refused_naming_the_variable_and_both_values(monkeypatch):
 
 
 def test_a_run_with_a_bad_switch_stops_before_the_lock_and_the_jvm(lake):
-    proc = subprocess.run([MILLPOND, "run", "activity"], env={**os.environ, "MILLPOND_JSON_FUNCTIONS": "fast"},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [MILLPOND, "run", "activity"],
+        env={**os.environ, "MILLPOND_JSON_FUNCTIONS": "fast"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "MILLPOND_JSON_FUNCTIONS='fast' is neither on nor off" in proc.stderr
     assert not (lake / "_system" / "locks").exists()  # refused before the pipeline lock was taken
 
 
 def test_the_jit_choice_off_starts_every_jvm_with_hotspot_s_defaults(monkeypatch):
-    from millpond import driver_jit
-    from spark_jobs.session import base_conf
+    from millpond.engine import driver_jit
+    from millpond.engine.session import base_conf
 
     monkeypatch.setenv(driver_jit.ENV, "off")
     chosen = driver_jit.choose(None, [], full_refresh=False)  # forced: decided before the pipeline is looked at

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from millpond import cli
-from millpond.suites import SuiteError, check_suite, load_suite
+from millpond.spec.suites import SuiteError, check_suite, load_suite
 
 pytestmark = pytest.mark.unit
 
@@ -34,13 +34,20 @@ def test_activity_suite_has_the_agreed_rules_and_severities():
 
 def test_every_problem_is_reported_with_a_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("MILLPOND_EXPECTATIONS", str(tmp_path))
-    write(tmp_path, "p.silver.t", [
-        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a"}, "meta": {"severity": "block"}},
-        {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}, "meta": {"severity": "drop"}},
-        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "x", "max_value": 1, "mostly": 0.9},
-         "meta": {"severity": "drop"}},
-        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "b"}},
-    ])  # fmt: skip
+    write(
+        tmp_path,
+        "p.silver.t",
+        [
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a"}, "meta": {"severity": "block"}},
+            {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}, "meta": {"severity": "drop"}},
+            {
+                "type": "expect_column_values_to_be_between",
+                "kwargs": {"column": "x", "max_value": 1, "mostly": 0.9},
+                "meta": {"severity": "drop"},
+            },
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "b"}},
+        ],
+    )
     with pytest.raises(SuiteError) as caught:
         load_suite("p.silver.t")
     text = str(caught.value)
@@ -50,21 +57,27 @@ def test_every_problem_is_reported_with_a_fix(tmp_path, monkeypatch):
     assert "'mostly' makes no sense for a drop rule" in text
     assert "expectations[3] (expect_column_values_to_not_be_null(b)): meta.severity is None" in text
     assert check_suite("p.silver.nope")[0].endswith(
-        "Fix: add p.silver.nope.json or correct the table's 'expectations:' name")
+        "Fix: add p.silver.nope.json or correct the table's 'expectations:' name"
+    )
 
 
 def test_unexpected_row_predicates_follow_gx_null_semantics():
     rules = {r.name: r for r in load_suite("activity.silver.activity").rules}
     assert rules["expect_column_values_to_be_in_set(gt)"].unexpected_sql().startswith("`gt` IS NOT NULL AND NOT (")
-    assert rules["expect_column_values_to_be_between(x)"].unexpected_sql() == \
-        "`x` IS NOT NULL AND NOT (`x` >= -50 AND `x` <= 50)"
+    assert (
+        rules["expect_column_values_to_be_between(x)"].unexpected_sql()
+        == "`x` IS NOT NULL AND NOT (`x` >= -50 AND `x` <= 50)"
+    )
     assert rules["expect_column_values_to_not_be_null(Device)"].unexpected_sql() == "`Device` IS NULL"
 
 
 def test_validate_command_reports_a_broken_suite(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MILLPOND_EXPECTATIONS", str(tmp_path))
-    write(tmp_path, "activity.silver.activity", [
-        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "Device"}, "meta": {"severity": "fial"}}])
+    write(
+        tmp_path,
+        "activity.silver.activity",
+        [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "Device"}, "meta": {"severity": "fial"}}],
+    )
     assert cli.main(["validate", "activity"]) == 2
     err = capsys.readouterr().err
     assert "activity.silver.activity.json: expectations[0]" in err and "meta.severity is 'fial'" in err

@@ -14,8 +14,8 @@ import time
 import psutil
 import pytest
 
-from millpond import warm_driver
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.engine import warm_driver
 from tests.lake_tables import assert_matches_reference
 from tests.reference import activity_reference
 from tests.stress import MILLPOND
@@ -78,8 +78,10 @@ def test_runs_are_handed_to_one_warm_driver_and_equal_the_reference(spark, lake,
     assert millpond(warm, "generate", "clicks", "--files", "1", "--rows", "200", "--seed", "1").returncode == 0
     # Two pipelines' first runs at once (two DAGs' tasks): one driver is started between them, and it serves them
     # one after the other.
-    clients = [subprocess.Popen([MILLPOND, "run", name], env=warm, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True) for name in ("activity", "clicks")]  # fmt: skip
+    clients = [
+        subprocess.Popen([MILLPOND, "run", name], env=warm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name in ("activity", "clicks")
+    ]
     first, clicks = [subprocess.CompletedProcess(c.args, c.wait(600), *c.communicate()) for c in clients]
     assert first.returncode == clicks.returncode == 0, first.stderr[-3000:] + clicks.stderr[-3000:]
     (pid, a), (clicks_pid, b) = handed(first), handed(clicks)
@@ -115,8 +117,10 @@ def test_runs_are_handed_to_one_warm_driver_and_equal_the_reference(spark, lake,
     activity_files(landing, 1, 300, seed=4)
     retired = millpond({**warm, "MILLPOND_DRIVER_MEMORY": "1g"}, "run", "activity")
     assert retired.returncode == 0, retired.stderr[-3000:]
-    assert ("millpond: the warm driver retired (the run asks for other JVM settings (MILLPOND_DRIVER_MEMORY)); "
-            "starting a new one") in retired.stderr  # fmt: skip
+    assert (
+        "millpond: the warm driver retired (the run asks for other JVM settings (MILLPOND_DRIVER_MEMORY)); "
+        "starting a new one"
+    ) in retired.stderr
     new_pid, served = handed(retired)
     assert new_pid != pid and served == 0 and wait_gone(pid, 30)
     assert_matches_reference(spark, activity_reference(landing))
@@ -131,7 +135,7 @@ def test_runs_are_handed_to_one_warm_driver_and_equal_the_reference(spark, lake,
     assert millpond(warm, "driver", "status").returncode == 1
 
     # An idle driver frees its memory by itself.
-    started = millpond({**warm, warm_driver.IDLE_SECONDS_ENV: "1"}, "driver", "start")
+    started = millpond({**warm, "MILLPOND_WARM_DRIVER_IDLE_SECONDS": "1"}, "driver", "start")
     assert started.returncode == 0, started.stderr[-3000:]
     idle_pid = json.loads(millpond(warm, "driver", "status", "--json").stdout)["pid"]
     assert wait_gone(idle_pid, 60) and session_of(idle_pid) == []
@@ -156,8 +160,14 @@ def test_a_warm_driver_killed_mid_run_or_left_by_its_client_loses_nothing(spark,
 
     # The client (an Airflow task, say) is killed while the driver runs its run: the driver exits too.
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=13)
-    client = subprocess.Popen([MILLPOND, "run", "activity"], env=warm, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    client = subprocess.Popen(
+        [MILLPOND, "run", "activity"],
+        env=warm,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     info = None
     while time.monotonic() < deadline:
@@ -174,7 +184,7 @@ def test_a_warm_driver_killed_mid_run_or_left_by_its_client_loses_nothing(spark,
     log = warm_driver.log_path(lake).read_text()
     assert "the client left mid-run" in log
 
-    final = millpond({**warm, warm_driver.MAX_RUNS_ENV: "1"}, "run", "activity")
+    final = millpond({**warm, "MILLPOND_WARM_DRIVER_MAX_RUNS": "1"}, "run", "activity")
     assert final.returncode == 0, final.stderr[-3000:]
     final_pid, served = handed(final)
     assert served == 0  # a new driver

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from millpond import checkpoints, paths
-from millpond.delta_log import latest_version
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.lake import checkpoints, paths
+from millpond.lake.delta_log import latest_version
 from millpond.spec import load_pipeline
-from spark_jobs import runner
 from tests.lake_tables import assert_matches_reference
 from tests.reference import activity_reference
 
@@ -69,7 +69,7 @@ def run_refused(lake: Path, capsys, table_id: str) -> str:
     err = capsys.readouterr().err
     assert f"table {table_id} failed" in err
     assert f"millpond run activity --full-refresh {table_id}" in err
-    damaged_and_after = list(TABLES)[list(TABLES).index(table_id):]
+    damaged_and_after = list(TABLES)[list(TABLES).index(table_id) :]
     assert {t: v for t, v in versions().items() if t in damaged_and_after} == {
         t: v for t, v in before.items() if t in damaged_and_after
     }, "a refused table (or one downstream of it) was written"
@@ -131,8 +131,9 @@ def test_incompatible_spec_change_is_named_and_points_to_full_refresh(lake):
 def test_a_stateless_transform_change_is_allowed(lake):
     pipeline = load_pipeline("activity")
     silver = pipeline.tables["silver.activity"]
-    stricter = dataclasses.replace(silver, transform=dataclasses.replace(silver.transform, sql=silver.transform.sql +
-                                                                       " AND gt IS NOT NULL"))  # fmt: skip
+    stricter = dataclasses.replace(
+        silver, transform=dataclasses.replace(silver.transform, sql=silver.transform.sql + " AND gt IS NOT NULL")
+    )
     checkpoints.verify(pipeline, stricter)  # Spark accepts stateless changes: no refusal
 
 

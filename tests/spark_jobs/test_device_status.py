@@ -22,19 +22,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond import paths
-from millpond.delta_log import latest_version
-from millpond.kafka_broker import consume
-from spark_jobs import runner
+from millpond.dev.kafka_broker import consume
+from millpond.engine import runner
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
+from tests.conftest import REPO
 from tests.device_status_reference import PARTITIONS, ROUNDS, Feed, minutes
 from tests.lake_tables import event_log
 
 pytestmark = pytest.mark.integration
 
 MILLPOND = str(Path(sys.executable).parent / "millpond")
-SPEC = paths.REPO_ROOT / "pipelines" / "device_status.yaml"
-TABLES = ("bronze.device_events", "silver.device_events", "silver.device_status", "gold.device_sessions",
-          "gold.device_alerts")  # fmt: skip
+SPEC = REPO / "pipelines" / "device_status.yaml"
+TABLES = (
+    "bronze.device_events",
+    "silver.device_events",
+    "silver.device_status",
+    "gold.device_sessions",
+    "gold.device_alerts",
+)
 
 
 def write_spec(folder: Path, events: str, alerts: str) -> None:
@@ -65,9 +71,19 @@ def read(spark, table_id: str, quarantine: bool = False):
 def bronze(spark) -> dict[tuple, tuple]:
     from pyspark.sql import functions as F
 
-    rows = read(spark, "bronze.device_events").select(
-        "_kafka_partition", "_kafka_offset", "_kafka_key", "device_id",
-        F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"), "status", "battery").collect()  # fmt: skip
+    rows = (
+        read(spark, "bronze.device_events")
+        .select(
+            "_kafka_partition",
+            "_kafka_offset",
+            "_kafka_key",
+            "device_id",
+            F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+            "status",
+            "battery",
+        )
+        .collect()
+    )
     assert len(rows) == len({(r[0], r[1]) for r in rows}), "a message is in bronze twice"
     return {(r[0], r[1]): tuple(r[2:]) for r in rows}
 
@@ -75,8 +91,9 @@ def bronze(spark) -> dict[tuple, tuple]:
 def silver(spark) -> dict[tuple, tuple]:
     rows = read(spark, "silver.device_events").collect()
     assert len(rows) == len({(r._kafka_partition, r._kafka_offset) for r in rows}), "an event is in silver twice"
-    return {(r._kafka_partition, r._kafka_offset): (r.device_id, minutes(r.event_time), r.status, r.battery)
-            for r in rows}  # fmt: skip
+    return {
+        (r._kafka_partition, r._kafka_offset): (r.device_id, minutes(r.event_time), r.status, r.battery) for r in rows
+    }
 
 
 def set_aside(spark) -> dict[tuple, str]:
@@ -134,9 +151,12 @@ def batch_logs(table_id: str) -> tuple[int, int]:
 def run_killed_at(fault: str) -> None:
     """A real `millpond run device_status` in its own session, SIGKILLed where MILLPOND_FAULT says."""
     env = {**os.environ, "MILLPOND_FAULT": fault}
-    done = subprocess.run([MILLPOND, "run", "device_status"], env=env, capture_output=True, text=True, timeout=600,
-                          start_new_session=True)  # fmt: skip
-    assert done.returncode == -signal.SIGKILL, f"{fault}: exit {done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    done = subprocess.run(
+        [MILLPOND, "run", "device_status"], env=env, capture_output=True, text=True, timeout=600, start_new_session=True
+    )
+    assert done.returncode == -signal.SIGKILL, (
+        f"{fault}: exit {done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the test
@@ -144,12 +164,14 @@ def run_killed_at(fault: str) -> None:
 
 def test_the_reference_follows_the_rules_the_rounds_were_designed_for(monkeypatch):
     """Guard the hand-made rounds: what each is meant to show is what the reference computes."""
-    monkeypatch.setattr("millpond.kafka_broker.produce", lambda *args: None)
+    monkeypatch.setattr("millpond.dev.kafka_broker.produce", lambda *args: None)
     feed = Feed("events")
     for items in ROUNDS:
         feed.send(None, "", items)
     assert len(feed.bronze_quarantine()) == 2 and set(feed.silver_quarantine().values()) == {
-        "known_status", "battery_in_range"}  # fmt: skip
+        "known_status",
+        "battery_in_range",
+    }
     latest = feed.device_status()
     assert latest["d1"] == ("error", 30.0, 75, 5) and latest["d3"][2] == 35  # out of order: the newest wins
     assert latest["d2"] == ("warning", 60.0, 28, 3)  # a late event is still the newest
@@ -158,8 +180,9 @@ def test_the_reference_follows_the_rules_the_rounds_were_designed_for(monkeypatc
     assert sum(feed.alerts().values()) == 5
 
 
-def test_rounds_with_sigkills_leave_every_table_equal_to_the_reference(spark, kafka_broker, lake, tmp_path,
-                                                                        monkeypatch):  # fmt: skip
+def test_rounds_with_sigkills_leave_every_table_equal_to_the_reference(
+    spark, kafka_broker, lake, tmp_path, monkeypatch
+):
     events, alerts = new_topics(kafka_broker)
     write_spec(tmp_path / "pipelines", events, alerts)
     monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path / "pipelines"))

@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond import checkpoints, cli, file_sink_log, paths, run_summary
+from millpond import cli
+from millpond.engine import runner
+from millpond.lake import checkpoints, file_sink_log, paths
+from millpond.runs import run_summary
 from millpond.spec import Sink, load_pipeline
-from spark_jobs import runner
 
 pytestmark = pytest.mark.integration
 
@@ -30,22 +32,37 @@ T0 = datetime(2026, 11, 1, tzinfo=UTC)
 DELAY, WINDOW = 5, 10  # minutes: the csv table's watermark delay and tumbling window
 
 SPEC = {
-    "pipeline": "exports", "schedule": "@hourly", "start_date": "2026-11-01", "shuffle_partitions": 2,
-    "sources": {"events": {"format": "json", "path": "landing/events",
-                           "schema": "ts TIMESTAMP, device STRING, value BIGINT"}},
+    "pipeline": "exports",
+    "schedule": "@hourly",
+    "start_date": "2026-11-01",
+    "shuffle_partitions": 2,
+    "sources": {
+        "events": {"format": "json", "path": "landing/events", "schema": "ts TIMESTAMP, device STRING, value BIGINT"}
+    },
     "tables": {
         "bronze.events": {"from": "landing.events"},
-        "gold.events_parquet": {"from": "bronze.events", "sink": {"format": "parquet"},
-                                "transform": {"sql": "SELECT ts, device, value FROM source"}},
-        "gold.big_json": {"from": "bronze.events", "sink": {"format": "json"},
-                          "transform": {"sql": "SELECT device, value FROM source WHERE value > 5"}},
-        "gold.counts_csv": {"from": "bronze.events", "sink": {"format": "csv", "options": {"header": "true"}},
-                            "watermark": {"column": "ts", "delay": f"{DELAY} minutes"},
-                            "aggregate": {"window": {"column": "ts", "duration": f"{WINDOW} minutes",
-                                                     "as": "window_start"},
-                                          "group_by": ["device"], "measures": {"readings": "count(*)"}}},
+        "gold.events_parquet": {
+            "from": "bronze.events",
+            "sink": {"format": "parquet"},
+            "transform": {"sql": "SELECT ts, device, value FROM source"},
+        },
+        "gold.big_json": {
+            "from": "bronze.events",
+            "sink": {"format": "json"},
+            "transform": {"sql": "SELECT device, value FROM source WHERE value > 5"},
+        },
+        "gold.counts_csv": {
+            "from": "bronze.events",
+            "sink": {"format": "csv", "options": {"header": "true"}},
+            "watermark": {"column": "ts", "delay": f"{DELAY} minutes"},
+            "aggregate": {
+                "window": {"column": "ts", "duration": f"{WINDOW} minutes", "as": "window_start"},
+                "group_by": ["device"],
+                "measures": {"readings": "count(*)"},
+            },
+        },
     },
-}  # fmt: skip
+}
 SINKS = ("gold.events_parquet", "gold.big_json", "gold.counts_csv")
 
 # (minute after T0, device, value) per round, in event-time order (no late rows); plus one malformed line each.
@@ -53,14 +70,16 @@ ROUNDS = [
     [(1, "d1", 1), (4, "d1", 7), (9, "d2", 3), (12, "d1", 8), (15, "d2", 9), (21, "d2", 2), (24, "d1", 6)],
     [(26, "d1", 10), (29, "d2", 4), (33, "d1", 11), (38, "d2", 12), (44, "d1", 1)],
     [(47, "d2", 13), (52, "d1", 5), (58, "d2", 14), (63, "d1", 15)],
-]  # fmt: skip
+]
 
 
 def land(lake: Path, round_number: int) -> None:
     folder = lake / "landing" / "events"
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"ts": (T0 + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%S.000Z"), "device": d,
-                         "value": v}) for m, d, v in ROUNDS[round_number]]  # fmt: skip
+    lines = [
+        json.dumps({"ts": (T0 + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%S.000Z"), "device": d, "value": v})
+        for m, d, v in ROUNDS[round_number]
+    ]
     lines.insert(2, '{"ts": "2026-11-01T00:00:00.000Z", "device": "d9", "value": "seven"}')  # to the quarantine
     tmp = folder / f".events-{round_number}.tmp"
     tmp.write_text("\n".join(lines) + "\n")
@@ -97,14 +116,18 @@ def read_sinks(spark) -> dict[str, list[tuple]]:
 
     parquet = spark.read.parquet(str(paths.table_path("gold.events_parquet")))
     big = spark.read.schema("device STRING, value BIGINT").json(str(paths.table_path("gold.big_json")))
-    counts = (spark.read.schema("window_start TIMESTAMP, device STRING, readings BIGINT").option("header", "true")
-              .csv(str(paths.table_path("gold.counts_csv"))))  # fmt: skip
+    counts = (
+        spark.read.schema("window_start TIMESTAMP, device STRING, readings BIGINT")
+        .option("header", "true")
+        .csv(str(paths.table_path("gold.counts_csv")))
+    )
     return {
         "gold.events_parquet": sorted(tuple(r) for r in parquet.select(minutes("ts"), "device", "value").collect()),
         "gold.big_json": sorted(tuple(r) for r in big.collect()),
-        "gold.counts_csv": sorted(tuple(r) for r in counts.select(minutes("window_start"), "device", "readings")
-                                  .collect()),
-    }  # fmt: skip
+        "gold.counts_csv": sorted(
+            tuple(r) for r in counts.select(minutes("window_start"), "device", "readings").collect()
+        ),
+    }
 
 
 def data_files(table_id: str) -> list[str]:
@@ -163,8 +186,9 @@ def test_file_sinks_match_the_reference_run_by_run_and_an_idle_run_writes_no_fil
 
 def run_killed_at(lake: Path, specs: Path, fault: str) -> None:
     env = {**os.environ, "MILLPOND_LAKE": str(lake), "MILLPOND_PIPELINES": str(specs), "MILLPOND_FAULT": fault}
-    proc = subprocess.run([MILLPOND, "run", "exports"], env=env, capture_output=True, text=True, timeout=600,
-                          start_new_session=True)  # fmt: skip
+    proc = subprocess.run(
+        [MILLPOND, "run", "exports"], env=env, capture_output=True, text=True, timeout=600, start_new_session=True
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 

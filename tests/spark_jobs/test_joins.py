@@ -26,10 +26,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond import checkpoints, paths
-from millpond.delta_log import latest_version
+from millpond.engine import runner
+from millpond.lake import checkpoints, paths
+from millpond.lake.delta_log import latest_version
 from millpond.spec import load_pipeline
-from spark_jobs import runner
+from tests.conftest import REPO
 from tests.lake_tables import event_log
 
 pytestmark = pytest.mark.integration
@@ -42,19 +43,37 @@ IMPRESSION_DELAY, CLICK_DELAY, MAX_LAG = 120, 180, 60  # minutes, as pipelines/c
 
 # Per round: impressions (impression id, ad, minute after T0) and clicks (click id, impression id, minute).
 ROUNDS = [
-    {"impressions": [("i1", "ad_a", 0), ("i2", "ad_a", 10), ("i3", "ad_b", 20), ("i4", "ad_b", 30)],
-     "clicks": [("c1", "i1", 5), ("c3", "i3", 50),
-                ("c2", "i2", 75),   # 65 minutes after i2: out of range, i2 stays unclicked
-                ("c9", "i0", 40)]},  # an impression nobody landed: the click pairs with nothing
-    {"impressions": [("i5", "ad_a", 200), ("i6", "ad_b", 225), ("i7", "ad_a", 240),
-                     ("i10", "ad_b", 150)],  # never clicked: settled only by round 2's watermark
-     "clicks": [("c4", "i4", 80),  # i4 landed a round earlier and waited in state
-                ("c5", "i5", 210), ("c6", "i7", 290)]},
-    {"impressions": [("i8", "ad_b", 400), ("i9", "ad_a", 420)],
-     "clicks": [("c7", "i9", 430),
-                ("c8", "i6", 235),  # i6 of round 1, clicked 10 minutes later, landed a round later
-                ("c10", "i8", 470)]},  # 70 minutes: out of range, and i8 is not settled yet
-]  # fmt: skip
+    {
+        "impressions": [("i1", "ad_a", 0), ("i2", "ad_a", 10), ("i3", "ad_b", 20), ("i4", "ad_b", 30)],
+        "clicks": [
+            ("c1", "i1", 5),
+            ("c3", "i3", 50),
+            ("c2", "i2", 75),  # 65 minutes after i2: out of range, i2 stays unclicked
+            ("c9", "i0", 40),
+        ],
+    },  # an impression nobody landed: the click pairs with nothing
+    {
+        "impressions": [
+            ("i5", "ad_a", 200),
+            ("i6", "ad_b", 225),
+            ("i7", "ad_a", 240),
+            ("i10", "ad_b", 150),
+        ],  # never clicked: settled only by round 2's watermark
+        "clicks": [
+            ("c4", "i4", 80),  # i4 landed a round earlier and waited in state
+            ("c5", "i5", 210),
+            ("c6", "i7", 290),
+        ],
+    },
+    {
+        "impressions": [("i8", "ad_b", 400), ("i9", "ad_a", 420)],
+        "clicks": [
+            ("c7", "i9", 430),
+            ("c8", "i6", 235),  # i6 of round 1, clicked 10 minutes later, landed a round later
+            ("c10", "i8", 470),
+        ],
+    },  # 70 minutes: out of range, and i8 is not settled yet
+]
 # The campaigns dimension (ad -> campaign, advertiser) landed before each round: ad_b has no campaign at first;
 # before round 3 ad_a moves to another campaign and ad_b gets one. Rows written earlier keep their campaign.
 UNATTRIBUTED = "unattributed"
@@ -62,7 +81,7 @@ DIMENSIONS = [
     {"ad_a": ("spring", "acme")},
     {"ad_a": ("spring", "acme")},
     {"ad_a": ("summer", "acme"), "ad_b": ("spring", "globex")},
-]  # fmt: skip
+]
 
 
 # ---------------------------------------------------------------------------------------------- the reference
@@ -103,8 +122,12 @@ def gold_reference(rows: Counter) -> dict[str, tuple[int, int]]:
 def ctr_reference(rounds: list[dict], dimensions: list[dict]) -> dict[tuple, tuple[int, int, float]]:
     """gold.campaign_ctr after one run per round, each row of the join table labelled with the dimension of the run
     that wrote it (the rows new in run n: the table after n+1 rounds minus the table after n)."""
-    return ctr_table([(reference(rounds[: n + 1]) - (reference(rounds[:n]) if n else Counter()), dimension)
-                      for n, dimension in enumerate(dimensions)])  # fmt: skip
+    return ctr_table(
+        [
+            (reference(rounds[: n + 1]) - (reference(rounds[:n]) if n else Counter()), dimension)
+            for n, dimension in enumerate(dimensions)
+        ]
+    )
 
 
 def ctr_table(labelled: list[tuple[Counter, dict]]) -> dict[tuple, tuple[int, int, float]]:
@@ -132,8 +155,12 @@ def test_the_rows_exercise_what_they_were_designed_for():
         assert not reference(ROUNDS[:n]) - after[n]
     ctr = ctr_reference(ROUNDS, DIMENSIONS)
     # ad_a under its old and its new campaign, ad_b without a campaign (runs 1-2) and with one (run 3)
-    assert {key[1:] for key in ctr} == {("spring", "acme"), ("summer", "acme"), (UNATTRIBUTED, UNATTRIBUTED),
-                                        ("spring", "globex")}  # fmt: skip
+    assert {key[1:] for key in ctr} == {
+        ("spring", "acme"),
+        ("summer", "acme"),
+        (UNATTRIBUTED, UNATTRIBUTED),
+        ("spring", "globex"),
+    }
     assert any(0 < c < 1 for _, _, c in ctr.values())
     previous = None
     for n, watermark in enumerate(watermarks(ROUNDS)):
@@ -171,7 +198,7 @@ def land(lake: Path, round_number: int) -> None:
             {"impression_id": i, "ad_id": ad, "impression_time": stamp(t)} for i, ad, t in rows["impressions"]
         ],
         "clicks": [{"click_id": c, "impression_id": i, "click_time": stamp(t)} for c, i, t in rows["clicks"]],
-    }  # fmt: skip
+    }
     for feed, records in files.items():
         folder = lake / "landing" / feed
         folder.mkdir(parents=True, exist_ok=True)
@@ -328,9 +355,13 @@ def test_a_missing_or_ambiguous_dimension_stops_the_lookup_table_with_the_fix(sp
 def test_a_delta_dimension_is_read_whole_by_each_run(spark, lake, tmp_path, monkeypatch):
     """The campaigns dimension as a Delta table instead of a CSV: each run reads its latest version, so a campaign
     renamed between runs applies to the rows of the next run only, as the reference says."""
-    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "clicks.yaml").read_text())
-    spec["sources"]["campaigns"] = {"static": True, "format": "delta", "path": "landing/campaigns_delta",
-                                    "schema": "ad_id STRING, campaign STRING, advertiser STRING"}  # fmt: skip
+    spec = yaml.safe_load((REPO / "pipelines" / "clicks.yaml").read_text())
+    spec["sources"]["campaigns"] = {
+        "static": True,
+        "format": "delta",
+        "path": "landing/campaigns_delta",
+        "schema": "ad_id STRING, campaign STRING, advertiser STRING",
+    }
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "clicks.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))  # measures keep order
     monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path / "pipelines"))
@@ -339,7 +370,8 @@ def test_a_delta_dimension_is_read_whole_by_each_run(spark, lake, tmp_path, monk
         land(lake, round_number)  # (its CSV dimension is not read: the spec points at the Delta table)
         rows = [(ad, c, a) for ad, (c, a) in campaigns.items()]
         spark.createDataFrame(rows, "ad_id STRING, campaign STRING, advertiser STRING").write.format("delta").mode(
-            "overwrite").save(dimension)  # fmt: skip
+            "overwrite"
+        ).save(dimension)
         assert runner.main(["clicks", "--run-id", f"delta-{round_number}"]) == 0
         assert_ctr(spark, ROUNDS[: round_number + 1], used[: round_number + 1])
     # Had the second run kept the first dimension, the table would differ:
@@ -361,8 +393,9 @@ def test_a_crash_after_the_join_write_replays_without_writing_twice(spark, lake,
     assert runner.main(["clicks", "--run-id", "first"]) == 0
     land(lake, 1)
     env = {**os.environ, "MILLPOND_LAKE": str(lake), "MILLPOND_FAULT": f"{JOINED}:after_write"}
-    proc = subprocess.run([MILLPOND, "run", "clicks"], env=env, capture_output=True, text=True, timeout=600,
-                          start_new_session=True)  # fmt: skip
+    proc = subprocess.run(
+        [MILLPOND, "run", "clicks"], env=env, capture_output=True, text=True, timeout=600, start_new_session=True
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stdout[-2000:] + proc.stderr[-2000:]
     written = latest_version(paths.table_path(JOINED))
     assert uncommitted_batches(JOINED) == 1  # in Delta, not yet in the checkpoint
@@ -376,7 +409,7 @@ def test_a_crash_after_the_join_write_replays_without_writing_twice(spark, lake,
 
 def test_generated_rounds_match_the_reference(spark, lake, monkeypatch):
     """`millpond generate clicks` rounds (millisecond times, random lags): two runs, each against the reference."""
-    from millpond.generate import CAMPAIGNS, campaigns_file, clicks_files
+    from millpond.dev.sample_data import CAMPAIGNS, campaigns_file, clicks_files
 
     monkeypatch.delenv("MILLPOND_PIPELINES", raising=False)
     impressions, clicks = lake / "landing" / "impressions", lake / "landing" / "clicks"
@@ -387,8 +420,14 @@ def test_generated_rounds_match_the_reference(spark, lake, monkeypatch):
         for path in paths_landed:
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
             if path.name.startswith("impressions"):
-                landed.append({"impressions": [(r["impression_id"], r["ad_id"], minutes_of(r["impression_time"]))
-                                               for r in records], "clicks": []})  # fmt: skip
+                landed.append(
+                    {
+                        "impressions": [
+                            (r["impression_id"], r["ad_id"], minutes_of(r["impression_time"])) for r in records
+                        ],
+                        "clicks": [],
+                    }
+                )
             else:
                 landed[-1]["clicks"] = [
                     (r["click_id"], r["impression_id"], minutes_of(r["click_time"])) for r in records

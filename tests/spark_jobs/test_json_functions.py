@@ -14,32 +14,82 @@ import random
 
 import pytest
 
-from millpond import paths
-from spark_jobs import sources
+from millpond.engine import jars, sources
 
 pytestmark = pytest.mark.integration
 
 # A schema with every kind of field a spec can declare, so each of JacksonParser's converters is compared.
-RICH_SCHEMA = ("i INT, l BIGINT, d DOUBLE, dec DECIMAL(10,2), b BOOLEAN, s STRING, t TIMESTAMP, day DATE, "
-               "arr ARRAY<INT>, m MAP<STRING,INT>, st STRUCT<k: STRING, n: INT>")  # fmt: skip
+RICH_SCHEMA = (
+    "i INT, l BIGINT, d DOUBLE, dec DECIMAL(10,2), b BOOLEAN, s STRING, t TIMESTAMP, day DATE, "
+    "arr ARRAY<INT>, m MAP<STRING,INT>, st STRUCT<k: STRING, n: INT>"
+)
 
 LINES = [
     '{"i": 1, "l": 9007199254740993, "d": 1.5, "dec": 12.345, "b": true, "s": "x", "t": "2026-11-01T10:00:00Z", '
     '"day": "2026-11-01", "arr": [1, 2], "m": {"a": 1}, "st": {"k": "v", "n": 2}}',
-    '{"i": "12"}', '{"i": 1.0}', '{"i": 3000000000}', '{"i": 007}', '{"l": -1e3}', '{"d": "NaN"}', '{"d": NaN}',
-    '{"d": Infinity}', '{"d": "1.5"}', '{"dec": 123456789012.5}', '{"b": "true"}', '{"b": 1}', '{"s": 5}',
-    '{"s": {"nested": [1, 2]}}', '{"s": null}', '{"t": "2026-11-01 10:00:00"}', '{"t": 1700000000}',
-    '{"t": "01/11/2026 10:00"}', '{"t": "not a time"}', '{"day": "2026-13-01"}', '{"arr": [1, "x", 3]}',
-    '{"arr": 5}', '{"m": {"a": "b"}}', '{"st": {"k": 1, "n": "2", "extra": true}}', '{"st": []}',
-    '{"s": "caf\\u00e9 \\ud83d\\ude00"}', '{"s": "café 😀 \u2028"}', '{"S": "case"}', '{"s": "a", "s": "b"}',
-    '{"unknown": 1}', "{}", "  {\"i\": 2}\t", '{"i": 1} trailing', '{"i": 1}{"i": 2}', '[{"i": 1}]', "[]", "1",
-    '"a string"', "null", "true", '{"i": 1,}', '{"i": }', '{"i": 1', '{"s": "unterminated}', "{'s': 'single'}",
-    "{s: 1}", '{"i": 1 /* note */}', '{"s": "tab\there"}', '{"s": "\\x41"}', "not json", "\ufeff{\"i\": 9}",
-    '\x00{"i": 1}', '{\x00"i": 1}', '{"i"\x00: 1}', "{" + '"s": "' + "é" * 3000 + '"}',
+    '{"i": "12"}',
+    '{"i": 1.0}',
+    '{"i": 3000000000}',
+    '{"i": 007}',
+    '{"l": -1e3}',
+    '{"d": "NaN"}',
+    '{"d": NaN}',
+    '{"d": Infinity}',
+    '{"d": "1.5"}',
+    '{"dec": 123456789012.5}',
+    '{"b": "true"}',
+    '{"b": 1}',
+    '{"s": 5}',
+    '{"s": {"nested": [1, 2]}}',
+    '{"s": null}',
+    '{"t": "2026-11-01 10:00:00"}',
+    '{"t": 1700000000}',
+    '{"t": "01/11/2026 10:00"}',
+    '{"t": "not a time"}',
+    '{"day": "2026-13-01"}',
+    '{"arr": [1, "x", 3]}',
+    '{"arr": 5}',
+    '{"m": {"a": "b"}}',
+    '{"st": {"k": 1, "n": "2", "extra": true}}',
+    '{"st": []}',
+    '{"s": "caf\\u00e9 \\ud83d\\ude00"}',
+    '{"s": "café 😀 \u2028"}',
+    '{"S": "case"}',
+    '{"s": "a", "s": "b"}',
+    '{"unknown": 1}',
+    "{}",
+    '  {"i": 2}\t',
+    '{"i": 1} trailing',
+    '{"i": 1}{"i": 2}',
+    '[{"i": 1}]',
+    "[]",
+    "1",
+    '"a string"',
+    "null",
+    "true",
+    '{"i": 1,}',
+    '{"i": }',
+    '{"i": 1',
+    '{"s": "unterminated}',
+    "{'s': 'single'}",
+    "{s: 1}",
+    '{"i": 1 /* note */}',
+    '{"s": "tab\there"}',
+    '{"s": "\\x41"}',
+    "not json",
+    '\ufeff{"i": 9}',
+    '\x00{"i": 1}',
+    '{\x00"i": 1}',
+    '{"i"\x00: 1}',
+    "{" + '"s": "' + "é" * 3000 + '"}',
     '{"st": ' * 40 + "1" + "}" * 40,
-]  # fmt: skip
-OPTION_SETS = [{}, {"allowComments": "true", "allowSingleQuotes": "false"}, {"timestampFormat": "dd/MM/yyyy HH:mm"},
-               {"allowNonNumericNumbers": "false", "allowUnquotedFieldNames": "true"}]  # fmt: skip
+]
+OPTION_SETS = [
+    {},
+    {"allowComments": "true", "allowSingleQuotes": "false"},
+    {"timestampFormat": "dd/MM/yyyy HH:mm"},
+    {"allowNonNumericNumbers": "false", "allowUnquotedFieldNames": "true"},
+]
 
 
 @pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: ",".join(o) or "defaults")
@@ -54,7 +104,8 @@ def test_parsing_a_lines_bytes_gives_from_json_s_row_for_every_kind_of_line(spar
     from_json = lines.select("id", F.from_json("text", schema, with_corrupt).alias("row"))
     # Compared as JSON text (a map column cannot be compared directly): every field, nulls and NaN included.
     both = ours.select("id", F.to_json("row").alias("ours")).join(
-        from_json.select("id", F.to_json("row").alias("from_json")), "id")  # fmt: skip
+        from_json.select("id", F.to_json("row").alias("from_json")), "id"
+    )
     differ = both.where(~F.col("ours").eqNullSafe(F.col("from_json"))).orderBy("id").collect()
     assert [(LINES[r.id], r.ours, r.from_json) for r in differ] == []
     assert both.count() == len(LINES)
@@ -96,8 +147,8 @@ def DEFAULTS():  # noqa: N802 - reads as the constant it stands for: Spark's def
 def key_cases(seed: int, count: int) -> list[str]:
     """JSON object lines as different writers emit them: spacing, escapes (ensure_ascii), nesting, key order."""
     rng = random.Random(seed)
-    alphabet = ["Device", "Index", "x", "y", "é", "a\"b", "back\\slash", "new\nline", "dévice", "x y", "😀", "{", ":"]
-    values = [1, 2.5, "s", "\":\"", "a\\\"b:", None, True, [1, {"inner": 1}], {"Device": {"deep": [1]}}, "{[}]"]
+    alphabet = ["Device", "Index", "x", "y", "é", 'a"b', "back\\slash", "new\nline", "dévice", "x y", "😀", "{", ":"]
+    values = [1, 2.5, "s", '":"', 'a\\"b:', None, True, [1, {"inner": 1}], {"Device": {"deep": [1]}}, "{[}]"]
     lines = []
     for _ in range(count):
         keys = rng.sample(alphabet, rng.randrange(0, 6))
@@ -113,7 +164,9 @@ def test_unknown_keys_are_the_top_level_keys_python_reads_minus_the_schema_s(spa
     lines = key_cases(seed=7, count=400) + ['{"dev\\u0069ce": 1, "Device": 2}', '{"x": 1, "x": 2, "q": 1, "q": 2}']
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
     names = F.array(*[F.lit(name) for name in KNOWN])
-    found = frame.select("text", F.call_function("millpond_unknown_json_keys", F.col("text"), names, DEFAULTS()).alias("keys"))
+    found = frame.select(
+        "text", F.call_function("millpond_unknown_json_keys", F.col("text"), names, DEFAULTS()).alias("keys")
+    )
     for row in found.collect():
         pairs = json.loads(row.text, object_pairs_hook=lambda items: items)
         expected = list(dict.fromkeys(key for key, _ in pairs if key not in KNOWN))
@@ -128,7 +181,9 @@ def test_unknown_keys_of_what_is_not_one_json_object(spark):
 
     lines = ['[{"a": 1}]', "not json", '"a": 1', '{"a": 1} {"b": 2}', '{"a": "unterminated', '{"a": 1', "", None]
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
-    found = frame.select(F.call_function("millpond_unknown_json_keys", F.col("text"), F.array(F.lit("x")), DEFAULTS()).alias("k"))
+    found = frame.select(
+        F.call_function("millpond_unknown_json_keys", F.col("text"), F.array(F.lit("x")), DEFAULTS()).alias("k")
+    )
     assert [r.k for r in found.collect()] == [None, None, None, ["a"], None, None, None, None]
 
 
@@ -141,7 +196,9 @@ def test_rescued_fields_are_the_values_python_reads_for_the_new_keys(spark):
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
     names = F.array(*[F.lit(name) for name in KNOWN])
     new_keys = F.call_function("millpond_unknown_json_keys", F.col("text"), names, DEFAULTS())
-    found = frame.select("text", F.call_function("millpond_json_fields", F.col("text"), new_keys, DEFAULTS()).alias("fields"))
+    found = frame.select(
+        "text", F.call_function("millpond_json_fields", F.col("text"), new_keys, DEFAULTS()).alias("fields")
+    )
     for row in found.collect():
         expected = {key: value for key, value in json.loads(row.text).items() if key not in KNOWN}
         got = list(json.loads(row.fields).items()) if row.fields else []
@@ -155,13 +212,28 @@ def test_rescued_fields_keep_their_numbers_text_and_stay_valid_json(spark):
     string; what is not one JSON object, or names none of the fields, gives null."""
     from pyspark.sql import functions as F
 
-    lines = ['{"a": 1.50, "b": 1e3, "c": 123456789012345678901234567890, "d": {"e" : [1, "x", null, true]}}',
-             '{"a": NaN}', "[1]", "not json", '{"z": 1}', None]  # fmt: skip
+    lines = [
+        '{"a": 1.50, "b": 1e3, "c": 123456789012345678901234567890, "d": {"e" : [1, "x", null, true]}}',
+        '{"a": NaN}',
+        "[1]",
+        "not json",
+        '{"z": 1}',
+        None,
+    ]
     frame = spark.createDataFrame([(line,) for line in lines], "text STRING")
     wanted = F.array(*[F.lit(name) for name in "abcd"])
-    found = [r.f for r in frame.select(F.call_function("millpond_json_fields", "text", wanted, DEFAULTS()).alias("f")).collect()]
-    assert found == ['{"a":1.50,"b":1e3,"c":123456789012345678901234567890,"d":{"e":[1,"x",null,true]}}',
-                     '{"a":"NaN"}', None, None, None, None]  # fmt: skip
+    found = [
+        r.f
+        for r in frame.select(F.call_function("millpond_json_fields", "text", wanted, DEFAULTS()).alias("f")).collect()
+    ]
+    assert found == [
+        '{"a":1.50,"b":1e3,"c":123456789012345678901234567890,"d":{"e":[1,"x",null,true]}}',
+        '{"a":"NaN"}',
+        None,
+        None,
+        None,
+        None,
+    ]
 
 
 @pytest.mark.unit
@@ -169,14 +241,16 @@ def test_a_jar_folder_without_the_functions_jar_is_refused_naming_the_fix(tmp_pa
     (tmp_path / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
     monkeypatch.setenv("MILLPOND_JARS", str(tmp_path))
     with pytest.raises(RuntimeError, match=r"millpond-spark.jar .* Fix: run `make jvm`"):
-        paths.spark_jars()
+        jars.spark_jars()
 
 
 # Bronze's json parse with millpond's functions (MILLPOND_JSON_FUNCTIONS=on) against Spark's built-ins (off), on
 # lines written to trip a hand-made scanner. A schema with every type a spec may declare, one field NOT NULL.
-HOSTILE_SCHEMA = ("Device STRING, Index INT NOT NULL, f FLOAT, sm SMALLINT, ti TINYINT, d DOUBLE, dec DECIMAL(10,2), "
-                  "b BOOLEAN, ts TIMESTAMP, ntz TIMESTAMP_NTZ, day DATE, bin BINARY, arr ARRAY<INT>, "
-                  "st STRUCT<k: STRING>")  # fmt: skip
+HOSTILE_SCHEMA = (
+    "Device STRING, Index INT NOT NULL, f FLOAT, sm SMALLINT, ti TINYINT, d DOUBLE, dec DECIMAL(10,2), "
+    "b BOOLEAN, ts TIMESTAMP, ntz TIMESTAMP_NTZ, day DATE, bin BINARY, arr ARRAY<INT>, "
+    "st STRUCT<k: STRING>"
+)
 HOSTILE_LINES = [
     "{'Device':'d1','Index':1,'extra':5}",  # single-quoted keys and values
     "{Device: 'd2', Index: 2, extra2: 'x'}",  # unquoted field names
@@ -203,11 +277,20 @@ HOSTILE_LINES = [
     "{'Index': 20, \"mixed\": 'quotes'}",
     '{"Index": 21, "s\\"q": 1, "t\\\\": 2, "nl\\n": 3}',  # escaped quotes and backslashes in names
     '{"Index": 22, "dup": {"a": 1, "a": 2}}',  # a new nested field with a duplicate key inside
-]  # fmt: skip
-OPTIONS_SETS = [{}, {"allowUnquotedFieldNames": "true"}, {"allowComments": "true"}, {"allowSingleQuotes": "false"},
-                {"timestampFormat": "MM/dd/yyyy HH:mm", "dateFormat": "dd/MM/yyyy"}]  # fmt: skip
-SESSION_SETTINGS = [{}, {"spark.sql.legacy.timeParserPolicy": "LEGACY"},
-                    {"spark.sql.legacy.timeParserPolicy": "CORRECTED"}, {"spark.sql.ansi.enabled": "false"}]  # fmt: skip
+]
+OPTIONS_SETS = [
+    {},
+    {"allowUnquotedFieldNames": "true"},
+    {"allowComments": "true"},
+    {"allowSingleQuotes": "false"},
+    {"timestampFormat": "MM/dd/yyyy HH:mm", "dateFormat": "dd/MM/yyyy"},
+]
+SESSION_SETTINGS = [
+    {},
+    {"spark.sql.legacy.timeParserPolicy": "LEGACY"},
+    {"spark.sql.legacy.timeParserPolicy": "CORRECTED"},
+    {"spark.sql.ansi.enabled": "false"},
+]
 
 
 def bronze_rows(session, options: dict[str, str], fast: bool, monkeypatch) -> list[tuple]:
@@ -219,21 +302,40 @@ def bronze_rows(session, options: dict[str, str], fast: bool, monkeypatch) -> li
 
     monkeypatch.setenv("MILLPOND_JSON_FUNCTIONS", "on" if fast else "off")
     schema = StructType.fromDDL(HOSTILE_SCHEMA)
-    lines = session.createDataFrame([(line, f"line-{i:03d}") for i, line in enumerate(HOSTILE_LINES)],
-                                    f"value STRING, {sources.SOURCE_FILE} STRING")  # fmt: skip
+    lines = session.createDataFrame(
+        [(line, f"line-{i:03d}") for i, line in enumerate(HOSTILE_LINES)], f"value STRING, {sources.SOURCE_FILE} STRING"
+    )
     parsed = sources.parse_json_lines(lines, schema, options)
     fields = F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in schema.fields]))
-    rows = parsed.select(sources.SOURCE_FILE, fields.alias("fields"), sources.RAW, sources.ERROR, sources.NEW_FIELDS,
-                         sources.RESCUED).orderBy(sources.SOURCE_FILE).collect()  # fmt: skip
-    return [(r[0], r.fields, r[sources.RAW], r[sources.ERROR], r[sources.NEW_FIELDS],
-             json.loads(r[sources.RESCUED]) if r[sources.RESCUED] else None) for r in rows]  # fmt: skip
+    rows = (
+        parsed.select(
+            sources.SOURCE_FILE, fields.alias("fields"), sources.RAW, sources.ERROR, sources.NEW_FIELDS, sources.RESCUED
+        )
+        .orderBy(sources.SOURCE_FILE)
+        .collect()
+    )
+    return [
+        (
+            r[0],
+            r.fields,
+            r[sources.RAW],
+            r[sources.ERROR],
+            r[sources.NEW_FIELDS],
+            json.loads(r[sources.RESCUED]) if r[sources.RESCUED] else None,
+        )
+        for r in rows
+    ]
 
 
-@pytest.mark.parametrize("settings", SESSION_SETTINGS, ids=lambda s: ",".join(f"{k.split('.')[-1]}={v}" for k, v in
-                                                                             s.items()) or "session-defaults")  # fmt: skip
+@pytest.mark.parametrize(
+    "settings",
+    SESSION_SETTINGS,
+    ids=lambda s: ",".join(f"{k.split('.')[-1]}={v}" for k, v in s.items()) or "session-defaults",
+)
 @pytest.mark.parametrize("options", OPTIONS_SETS, ids=lambda o: ",".join(o) or "option-defaults")
-def test_the_json_functions_give_the_standard_path_s_rows_reasons_and_rescued_fields(spark, settings, options,
-                                                                                   monkeypatch):  # fmt: skip
+def test_the_json_functions_give_the_standard_path_s_rows_reasons_and_rescued_fields(
+    spark, settings, options, monkeypatch
+):
     """Same rows, same quarantine reasons, same new fields and rescued values, line by line, for every option set
     and session setting; each setting in a session of its own in the one JVM (a parser built for one session's
     settings must never serve another's)."""
@@ -261,8 +363,10 @@ def test_two_sessions_with_different_time_parser_policies_interleaved_in_one_jvm
     legacy.conf.set("spark.sql.legacy.timeParserPolicy", "LEGACY")
     corrected.conf.set("spark.sql.legacy.timeParserPolicy", "CORRECTED")
     options = OPTIONS_SETS[-1]
-    expected = {name: bronze_rows(session, options, False, monkeypatch)
-                for name, session in (("legacy", legacy), ("corrected", corrected))}  # fmt: skip
+    expected = {
+        name: bronze_rows(session, options, False, monkeypatch)
+        for name, session in (("legacy", legacy), ("corrected", corrected))
+    }
     assert expected["legacy"] != expected["corrected"]  # the policies parse some line differently: the test can fail
     for name, session in [("legacy", legacy), ("corrected", corrected)] * 2:
         assert bronze_rows(session, options, True, monkeypatch) == expected[name], name

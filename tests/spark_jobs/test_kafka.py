@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond import kafka_broker as harness
-from millpond import paths, run_summary
-from millpond.kafka_broker import consume, produce
-from spark_jobs import preview, runner
+from millpond.dev import kafka_broker as harness
+from millpond.dev.kafka_broker import consume, produce
+from millpond.engine import preview, runner
+from millpond.lake import paths
+from millpond.runs import run_summary
 
 pytestmark = pytest.mark.integration
 
@@ -39,22 +40,42 @@ HOT = 30.0  # gold.alerts: readings above this
 
 def spec(events: str, alerts: str) -> dict:
     return {
-        "pipeline": "devices", "schedule": "@hourly", "start_date": "2026-11-01", "shuffle_partitions": 2,
-        "sources": {"events": {"format": "kafka", "bootstrap_servers": "${MILLPOND_KAFKA_BOOTSTRAP}",
-                               "subscribe": [events], "schema": "device STRING, ts TIMESTAMP, temp DOUBLE",
-                               "rate_limit": {"max_offsets_per_trigger": LIMIT}}},
+        "pipeline": "devices",
+        "schedule": "@hourly",
+        "start_date": "2026-11-01",
+        "shuffle_partitions": 2,
+        "sources": {
+            "events": {
+                "format": "kafka",
+                "bootstrap_servers": "${MILLPOND_KAFKA_BOOTSTRAP}",
+                "subscribe": [events],
+                "schema": "device STRING, ts TIMESTAMP, temp DOUBLE",
+                "rate_limit": {"max_offsets_per_trigger": LIMIT},
+            }
+        },
         "tables": {
             "bronze.events": {"from": "kafka.events"},
-            "gold.alerts": {"from": "bronze.events",
-                            "transform": {"sql": f"SELECT device, ts, temp FROM source WHERE temp > {HOT}"},
-                            "sink": {"format": "kafka", "topic": alerts, "key": "device",
-                                     "bootstrap_servers": "${MILLPOND_KAFKA_BOOTSTRAP}"}},  # value: the default
+            "gold.alerts": {
+                "from": "bronze.events",
+                "transform": {"sql": f"SELECT device, ts, temp FROM source WHERE temp > {HOT}"},
+                "sink": {
+                    "format": "kafka",
+                    "topic": alerts,
+                    "key": "device",
+                    "bootstrap_servers": "${MILLPOND_KAFKA_BOOTSTRAP}",
+                },
+            },  # value: the default
         },
-    }  # fmt: skip
+    }
 
 
-MALFORMED = [b"not json", b'{"device": "d1", "ts": "2026-11-01T00:00:00Z", "temp": "hot"}', b"[1, 2]",
-             b'\xff\xfe{"device": "d2"}', b'{"device": "d3", "temp": 40.0']  # fmt: skip
+MALFORMED = [
+    b"not json",
+    b'{"device": "d1", "ts": "2026-11-01T00:00:00Z", "temp": "hot"}',
+    b"[1, 2]",
+    b'\xff\xfe{"device": "d2"}',
+    b'{"device": "d3", "temp": 40.0',
+]
 SKIPPED = [None, b"  "]  # a tombstone and a blank value: no record, like a blank landed line
 
 
@@ -67,9 +88,16 @@ class Topic:
 
     def round(self, spark, bootstrap: str, number: int, count: int) -> None:
         """`count` readings plus every malformed and skipped kind, spread round-robin over the partitions."""
-        values = [json.dumps({"device": f"d{i % 4}", "ts": (T0 + timedelta(minutes=number * 100 + i))
-                              .strftime("%Y-%m-%dT%H:%M:%S.000Z"), "temp": float((i * 7 + number) % 50)}).encode()
-                  for i in range(count)]  # fmt: skip
+        values = [
+            json.dumps(
+                {
+                    "device": f"d{i % 4}",
+                    "ts": (T0 + timedelta(minutes=number * 100 + i)).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+                    "temp": float((i * 7 + number) % 50),
+                }
+            ).encode()
+            for i in range(count)
+        ]
         for position, value in enumerate(MALFORMED + SKIPPED):
             values.insert(1 + position * 3, value)
         messages = []
@@ -111,8 +139,15 @@ def bronze(spark) -> dict[tuple, tuple]:
     from pyspark.sql import functions as F
 
     frame = spark.read.format("delta").load(str(paths.table_path("bronze.events")))
-    rows = frame.select("_kafka_partition", "_kafka_offset", "_kafka_key", "_kafka_topic", "device",
-                        F.date_format("ts", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ts"), "temp").collect()  # fmt: skip
+    rows = frame.select(
+        "_kafka_partition",
+        "_kafka_offset",
+        "_kafka_key",
+        "_kafka_topic",
+        "device",
+        F.date_format("ts", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ts"),
+        "temp",
+    ).collect()
     assert len(rows) == len({(r[0], r[1]) for r in rows}), "a message is in bronze twice"
     return {(r[0], r[1]): (r[2], r[4], r[5], r[6]) for r in rows}
 
@@ -201,8 +236,9 @@ def run_killed_at(lake: Path, fault: str | None) -> str:
     env.pop("MILLPOND_FAULT", None)
     if fault:
         env["MILLPOND_FAULT"] = fault
-    done = subprocess.run([MILLPOND, "run", "devices"], env=env, capture_output=True, text=True, timeout=600,
-                          start_new_session=True)  # fmt: skip
+    done = subprocess.run(
+        [MILLPOND, "run", "devices"], env=env, capture_output=True, text=True, timeout=600, start_new_session=True
+    )
     expected = -signal.SIGKILL if fault else 0
     assert done.returncode == expected, f"{fault}: exit {done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
     return done.stdout
@@ -272,14 +308,30 @@ def test_a_cluster_id_never_starts_with_a_dash_so_the_storage_tool_formats_every
     assert [i for i in ids if i.startswith(("-", "_")) or len(i) != 22] == []
     broker = harness.KafkaBroker(tmp_path / "dash")
     config = broker.write_config()
-    formatted = subprocess.run(["java", "-cp", broker.classpath(), "kafka.tools.StorageTool", "format", "--cluster-id",
-                                harness.cluster_id(bytes([0xF8]) + bytes(15)), "--config", str(config)],
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
+    formatted = subprocess.run(
+        [
+            "java",
+            "-cp",
+            broker.classpath(),
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            harness.cluster_id(bytes([0xF8]) + bytes(15)),
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert formatted.returncode == 0, formatted.stdout + formatted.stderr
 
 
 def test_sending_to_a_topic_the_broker_lacks_fails_at_once_with_the_fix(spark, kafka_broker):
     """`millpond generate device_status` before `make kafka-up` created the topic: no one-minute metadata wait."""
-    with pytest.raises(harness.BrokerFailed, match=r"topic 'no-such-topic' does not exist on 127\.0\.0\.1:\d+\. Fix: "
-                                                   "make kafka-up"):  # fmt: skip
+    with pytest.raises(
+        harness.BrokerFailed,
+        match=r"topic 'no-such-topic' does not exist on 127\.0\.0\.1:\d+\. Fix: "
+        "make kafka-up",
+    ):
         produce(spark, kafka_broker.bootstrap, "no-such-topic", [(None, b"d1", b"{}")])

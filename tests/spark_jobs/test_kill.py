@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from millpond import paths
-from millpond.delta_log import latest_version
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
 from tests.lake_tables import assert_matches_reference, data_commits_without_txn
 from tests.reference import activity_reference
 from tests.stress import assert_nothing_left, start_run
@@ -92,7 +92,7 @@ def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spa
 
 
 def test_a_replayed_gold_overwrite_by_delta_rs_is_skipped(spark, lake):
-    """Once a gold table exists, its complete-mode result is committed by delta-rs (millpond.small_overwrite) with the
+    """Once a gold table exists, its complete-mode result is committed by delta-rs (millpond.lake.small_overwrite) with the
     batch's Delta `txn` action. A run killed right after that commit replays the batch; Delta's transaction state
     has the batch, and the replay writes nothing."""
     landing = lake / "landing" / "activity"

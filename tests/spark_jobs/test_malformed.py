@@ -1,6 +1,6 @@
 """Bad landed input on real Spark + Delta: every bad record is quarantined with a reason, nothing is lost.
 
-What one record is (spark_jobs/sources.py): a line as Spark's text source splits a file, at `\\n`, `\\r\\n` or a
+What one record is (millpond/engine/sources.py): a line as Spark's text source splits a file, at `\\n`, `\\r\\n` or a
 lone `\\r`, minus blank lines (empty or only spaces and tabs); an empty file has none. That is NOT what
 tests/reference.py counts (`str.splitlines()` also breaks at `\\x0b`, `\\x0c`, `\\x1c`-`\\x1e`, `\\x85`, `\\u2028`,
 `\\u2029`, and `str.strip()` calls those blank), so the counts here come from `spark_records` below, and
@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond import paths
-from millpond.delta_log import latest_version
-from millpond.generate import activity_files
-from spark_jobs import runner
-from spark_jobs.sources import MAX_LINE_BYTES, RAW_KEEP_CHARS
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.engine.sources import MAX_LINE_BYTES, RAW_KEEP_CHARS
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
+from tests.conftest import REPO
 from tests.lake_tables import read
 
 pytestmark = pytest.mark.integration
@@ -47,8 +48,17 @@ def quarantine(spark, table_id: str) -> list:
 
 
 def good(index: int, **extra) -> str:
-    return json.dumps({"Recorded_At": "2026-11-01T00:00:01.000Z", "Device": f"d{index}", "Index": index, "x": 1.0,
-                       "y": 2.0, "z": 3.0, **extra})  # fmt: skip
+    return json.dumps(
+        {
+            "Recorded_At": "2026-11-01T00:00:01.000Z",
+            "Device": f"d{index}",
+            "Index": index,
+            "x": 1.0,
+            "y": 2.0,
+            "z": 3.0,
+            **extra,
+        }
+    )
 
 
 def binary_bytes(seed: int) -> bytes:
@@ -60,10 +70,11 @@ def binary_bytes(seed: int) -> bytes:
 
 
 def test_json_bad_input_variety_is_quarantined_with_reasons_and_counts_reconcile(spark, lake, tmp_path, monkeypatch):
-    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "activity.yaml").read_text())
+    spec = yaml.safe_load((REPO / "pipelines" / "activity.yaml").read_text())
     # Device is required here, so a line without it is a bad record; a missing nullable field (x) is not.
     spec["sources"]["activity"]["schema"] = spec["sources"]["activity"]["schema"].replace(
-        "Device STRING", "Device STRING NOT NULL")  # fmt: skip
+        "Device STRING", "Device STRING NOT NULL"
+    )
     use_spec(tmp_path, monkeypatch, spec)
     folder = lake / "landing" / "activity"
     generated = activity_files(folder, 1, 40, seed=1)[0]
@@ -79,8 +90,14 @@ def test_json_bad_input_variety_is_quarantined_with_reasons_and_counts_reconcile
     line_separator = good(107, User="a\u2028b")  # U+2028 inside a string: one line for Spark, two for Python
     mixed = (
         "\n".join([good(100), *lines.values(), nul_inside, missing_optional]).encode()
-        + b"\n" + invalid_utf8 + b"\r" + good(108).encode() + b"\r\n\t\n   \n" + line_separator.encode() + b"\n"
-    )  # fmt: skip
+        + b"\n"
+        + invalid_utf8
+        + b"\r"
+        + good(108).encode()
+        + b"\r\n\t\n   \n"
+        + line_separator.encode()
+        + b"\n"
+    )
     (folder / "mixed.json").write_bytes(mixed)
     (folder / "empty.json").write_bytes(b"")
     (folder / "binary.json").write_bytes(binary_bytes(seed=2))
@@ -123,8 +140,10 @@ def test_json_bad_input_variety_is_quarantined_with_reasons_and_counts_reconcile
     huge = sorted(by_file["huge.json"], key=lambda r: r.raw)
     assert len(huge) == 2  # the 10 MB object and the 10 MB garbage line; the good line after them is in bronze
     for row, size in zip(huge, (TEN_MB, len(huge_object)), strict=True):
-        assert row.reason == (f"line too long: {size} bytes (limit {MAX_LINE_BYTES}), not parsed; raw keeps the "
-                              f"first {RAW_KEEP_CHARS} of {size} characters")  # fmt: skip
+        assert row.reason == (
+            f"line too long: {size} bytes (limit {MAX_LINE_BYTES}), not parsed; raw keeps the "
+            f"first {RAW_KEEP_CHARS} of {size} characters"
+        )
         assert len(row.raw) == RAW_KEEP_CHARS
     assert huge[0].raw == "#" * RAW_KEEP_CHARS and huge[1].raw.startswith('{"Device": "d109"')
 
@@ -154,8 +173,8 @@ def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, l
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
+    from millpond.engine import sources
     from millpond.spec import load_pipeline
-    from spark_jobs import sources
 
     source = load_pipeline("activity").sources["landing.activity"]
     folder = lake / "landing" / "activity"
@@ -166,11 +185,15 @@ def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, l
     text = spark.read.text(str(folder)).select("value", F.col("_metadata.file_path").alias(sources.SOURCE_FILE))
     parsed = sources.parse_json_lines(text, StructType.fromDDL(source.schema), source.options)
     is_bad = F.col(sources.ERROR).isNotNull()
-    found = parsed.agg(F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("buckets"),
-                       F.collect_set(F.when(is_bad, F.col(sources.SOURCE_FILE))).alias("files")).first()  # fmt: skip
+    found = parsed.agg(
+        F.collect_set(F.when(is_bad, F.col(sources.LINE_BUCKET))).alias("buckets"),
+        F.collect_set(F.when(is_bad, F.col(sources.SOURCE_FILE))).alias("files"),
+    ).first()
     assert len(found.buckets) == 2 and [f.rsplit("/", 1)[-1] for f in found.files] == ["bad.json"]
     bad = sources.reread_bad_lines(spark, source, found.files, found.buckets)
-    assert sorted(r[sources.RAW] for r in bad.collect()) == sorted(r[sources.RAW] for r in parsed.where(is_bad).collect())
+    assert sorted(r[sources.RAW] for r in bad.collect()) == sorted(
+        r[sources.RAW] for r in parsed.where(is_bad).collect()
+    )
     plan = bad._jdf.queryExecution().executedPlan().toString().splitlines()
     schema_parse = "JsonLineParser.parse("  # sources.parse_json_line (the rescue's from_json is not it)
     parse = next(i for i, line in enumerate(plan) if schema_parse in line)
@@ -185,10 +208,15 @@ CSV_SPEC = {
     "pipeline": "readings",
     "schedule": "@daily",
     "start_date": "2026-11-01",
-    "sources": {"readings": {"format": "csv", "path": "landing/readings",
-                             "schema": "sensor STRING NOT NULL, reading DOUBLE, n INT"}},
+    "sources": {
+        "readings": {
+            "format": "csv",
+            "path": "landing/readings",
+            "schema": "sensor STRING NOT NULL, reading DOUBLE, n INT",
+        }
+    },
     "tables": {"bronze.readings": {"from": "landing.readings"}},
-}  # fmt: skip
+}
 
 
 def test_csv_field_counts_types_and_required_fields_get_reasons(spark, lake, tmp_path, monkeypatch):
@@ -229,7 +257,7 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     quarantine holds what that read saw, and no file is read again; once the quarantine exists the driver commits
     them (delta-rs), with Delta's `txn` action for the batch as Spark's writes carry it. A batch with a longer bad
     line is read again, and Spark appends to the same table."""
-    from spark_jobs import sources, streaming
+    from millpond.engine import sources, streaming
 
     folder = lake / "landing" / "activity"
     folder.mkdir(parents=True)
@@ -262,8 +290,10 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     assert reread_files == [["c.json"]]
     assert sorted(r.Index for r in read(spark, "bronze.activity").collect()) == [1, 3, 4, 5]
     reread_rows = {r.raw: r.reason for r in quarantine(spark, "bronze.activity") if r.run_id == "reread"}
-    assert reread_rows == {long_bad: "malformed JSON (truncated or invalid syntax)",
-                           "still not json": "not a JSON object"}  # fmt: skip
+    assert reread_rows == {
+        long_bad: "malformed JSON (truncated or invalid syntax)",
+        "still not json": "not a JSON object",
+    }
 
     monkeypatch.setattr(streaming, "CARRIED_BAD_LINES", 2)  # more bad lines than are carried: read again too
     (folder / "d.json").write_text("\n".join(["one", good(6), "two", "three"]) + "\n")
@@ -284,7 +314,7 @@ def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(
     """A batch whose bad lines are not carried out of its read (here: none is, CARRIED_RAW_BYTES 0) reads them
     again from their files for the quarantine; a file rewritten in between must not put other lines there than the
     ones missing from the table."""
-    from spark_jobs import sources, streaming
+    from millpond.engine import sources, streaming
 
     monkeypatch.setattr(streaming, "CARRIED_RAW_BYTES", 0)
 
@@ -321,7 +351,7 @@ def test_bad_lines_are_read_again_from_their_own_files_whatever_their_names(spar
     `%`, `#` or non-ASCII letters still give the quarantine each line with the file it came from, and a file removed
     before that read fails the batch naming it (not with Spark's PATH_NOT_FOUND). (No bad line is carried out of
     the first read here, CARRIED_RAW_BYTES 0, so every batch takes that second read.)"""
-    from spark_jobs import sources, streaming
+    from millpond.engine import sources, streaming
 
     monkeypatch.setattr(streaming, "CARRIED_RAW_BYTES", 0)
 
@@ -333,7 +363,8 @@ def test_bad_lines_are_read_again_from_their_own_files_whatever_their_names(spar
     assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "names"]) == 0
     file_of_index = {r.Index: r._source_file for r in read(spark, "bronze.activity").collect()}
     assert {r.raw: r.source_file for r in quarantine(spark, "bronze.activity")} == {
-        f"not json from {name}": file_of_index[i] for i, name in enumerate(names)}  # fmt: skip
+        f"not json from {name}": file_of_index[i] for i, name in enumerate(names)
+    }
 
     gone = folder / "gone.json"
     gone.write_text("\n".join([good(9), "not json from gone.json"]) + "\n")

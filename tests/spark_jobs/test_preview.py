@@ -11,29 +11,44 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs import preview, runner
+from millpond.engine import preview, runner
 
 pytestmark = pytest.mark.integration
 
 MILLPOND = str(Path(sys.executable).parent / "millpond")
 SPEC = {
-    "pipeline": "peek", "schedule": "@hourly", "start_date": "2026-11-01", "shuffle_partitions": 2,
-    "sources": {"events": {"format": "json", "path": "landing/events",
-                           "schema": "ts TIMESTAMP, device STRING, value BIGINT"}},
+    "pipeline": "peek",
+    "schedule": "@hourly",
+    "start_date": "2026-11-01",
+    "shuffle_partitions": 2,
+    "sources": {
+        "events": {"format": "json", "path": "landing/events", "schema": "ts TIMESTAMP, device STRING, value BIGINT"}
+    },
     "tables": {
         "bronze.events": {"from": "landing.events"},
-        "silver.events": {"from": "bronze.events",
-                          "transform": {"sql": "SELECT ts, device, value FROM source WHERE value > 1"}},
-        "gold.device_totals": {"from": "silver.events", "output_mode": "complete", "order_by": ["device"],
-                               "aggregate": {"group_by": ["device"],
-                                             "measures": {"readings": "count(*)", "total": "sum(value)"}}},
-        "gold.latest": {"from": "silver.events", "output_mode": "update",
-                        "watermark": {"column": "ts", "delay": "10 minutes"},
-                        "aggregate": {"window": {"column": "ts", "duration": "10 minutes", "as": "window_start"},
-                                      "group_by": ["device"], "measures": {"readings": "count(*)"}},
-                        "keys": ["window_start", "device"]},
+        "silver.events": {
+            "from": "bronze.events",
+            "transform": {"sql": "SELECT ts, device, value FROM source WHERE value > 1"},
+        },
+        "gold.device_totals": {
+            "from": "silver.events",
+            "output_mode": "complete",
+            "order_by": ["device"],
+            "aggregate": {"group_by": ["device"], "measures": {"readings": "count(*)", "total": "sum(value)"}},
+        },
+        "gold.latest": {
+            "from": "silver.events",
+            "output_mode": "update",
+            "watermark": {"column": "ts", "delay": "10 minutes"},
+            "aggregate": {
+                "window": {"column": "ts", "duration": "10 minutes", "as": "window_start"},
+                "group_by": ["device"],
+                "measures": {"readings": "count(*)"},
+            },
+            "keys": ["window_start", "device"],
+        },
     },
-}  # fmt: skip
+}
 # Per landed file: (minute, device, value) lines, then one malformed line (value is not a number).
 FILES = [
     [(1, "d1", 1), (2, "d2", 5), (3, "d1", 7), (4, "d2", 2)],
@@ -53,8 +68,10 @@ def land(lake: Path, number: int) -> None:
 
 def lake_listing(lake: Path) -> dict[str, tuple[int, int] | None]:
     """Every path under the lake (checkpoints and event log included), files with size and mtime."""
-    return {str(p.relative_to(lake)): ((p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None)
-            for p in lake.rglob("*")}  # fmt: skip
+    return {
+        str(p.relative_to(lake)): ((p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None)
+        for p in lake.rglob("*")
+    }
 
 
 def tables(out: str) -> list[list[list[str]]]:
@@ -141,7 +158,8 @@ def test_preview_of_complete_and_update_aggregates_prints_the_result_tables(spar
 def test_preview_without_input_exits_1_with_the_fix_before_any_jvm(lake, specs, capsys):
     assert preview.main(["peek", "gold.latest"]) == 1
     assert "gold.latest reads silver.events, which has no data yet. Fix: millpond run peek --tables silver.events" in (
-        capsys.readouterr().err)  # fmt: skip
+        capsys.readouterr().err
+    )
     assert preview.main(["peek", "bronze.events"]) == 1
     err = capsys.readouterr().err
     assert "bronze.events reads landing.events, whose folder" in err and "does not exist yet. Fix: land files" in err
@@ -157,12 +175,18 @@ def test_preview_of_an_unknown_table_exits_2_listing_the_tables(peek_lake, capsy
 def test_millpond_preview_command_prints_batches_and_leaves_the_lake_as_it_was(peek_lake):
     before = lake_listing(peek_lake)
     env = {**os.environ, "MILLPOND_LAKE": str(peek_lake)}
-    done = subprocess.run([MILLPOND, "preview", "peek", "silver/events", "--batches", "1", "--rows", "3"], env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [MILLPOND, "preview", "peek", "silver/events", "--batches", "1", "--rows", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "batch 0: 3 rows" in done.stdout and "stopped after 1 micro-batch (--batches 1)" in done.stdout
     assert tables(done.stdout)[0][0] == ["ts", "device", "value"]
     assert lake_listing(peek_lake) == before
-    bad = subprocess.run([MILLPOND, "preview", "peek", "silver.nope"], env=env, capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        [MILLPOND, "preview", "peek", "silver.nope"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "tables: bronze.events, silver.events" in bad.stderr

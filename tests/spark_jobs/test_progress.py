@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from millpond import paths
-from millpond.generate import activity_files
-from spark_jobs import runner
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.lake import paths
+from tests.conftest import REPO
 from tests.lake_tables import assert_matches_reference
 from tests.reference import activity_reference
 from tests.spark_jobs.test_sources import use_spec
@@ -18,13 +19,17 @@ from tests.spark_jobs.test_sources import use_spec
 pytestmark = pytest.mark.integration
 
 RECENT = "spark.sql.streaming.numRecentProgressUpdates"
-LINE = re.compile(r"^millpond: progress (\S+) batch (\d+): (\d+) rows in [\d.]+s, input [\d,-]+ rows/s, processed "
-                  r"[\d,-]+ rows/s, state (\d+) rows, watermark (\S+), late (\d+)$", re.MULTILINE)  # fmt: skip
+LINE = re.compile(
+    r"^millpond: progress (\S+) batch (\d+): (\d+) rows in [\d.]+s, input [\d,-]+ rows/s, processed "
+    r"[\d,-]+ rows/s, state (\d+) rows, watermark (\S+), late (\d+)$",
+    re.MULTILINE,
+)
 
 
 def test_every_batch_is_logged_stored_and_counted_though_spark_keeps_only_the_newest(
-        spark, lake, tmp_path, monkeypatch, capsys):  # fmt: skip
-    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "activity.yaml").read_text())
+    spark, lake, tmp_path, monkeypatch, capsys
+):
+    spec = yaml.safe_load((REPO / "pipelines" / "activity.yaml").read_text())
     spec["sources"]["activity"]["rate_limit"] = {"max_files_per_trigger": 1}
     use_spec(tmp_path, monkeypatch, spec)
     landing = lake / "landing" / "activity"
@@ -55,18 +60,24 @@ def test_every_batch_is_logged_stored_and_counted_though_spark_keeps_only_the_ne
     assert silver_rows_in == len(reference.bronze)  # silver read every bronze row once
 
     # The event log totals come from every batch, not from the one Spark kept.
-    events = {r.table: r for r in spark.read.format("delta").load(str(paths.event_log_path()))
-              .where("run_id = 'batches'").collect()}  # fmt: skip
+    events = {
+        r.table: r
+        for r in spark.read.format("delta").load(str(paths.event_log_path())).where("run_id = 'batches'").collect()
+    }
     assert events["bronze.activity"].micro_batches == 4
     assert events["silver.activity"].rows_in == len(reference.bronze)
     assert events["silver.activity"].processed_rows_per_second > 0
 
     # Silver's watermark (1 hour behind the newest event) as Spark last reported it, in both places.
-    newest = max(datetime.fromisoformat(r["Recorded_At"].replace("Z", "+00:00"))
-                 for r in reference.bronze if r.get("Recorded_At"))  # fmt: skip
+    newest = max(
+        datetime.fromisoformat(r["Recorded_At"].replace("Z", "+00:00"))
+        for r in reference.bronze
+        if r.get("Recorded_At")
+    )
     last = max(batches["silver.activity"], key=lambda r: r.batch_id)
     assert events["silver.activity"].watermark == last.watermark
     assert last.watermark.replace(tzinfo=UTC) == newest - timedelta(hours=1)  # availableNow's last, no-data batch
     assert (newest - timedelta(hours=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z") in {
-        g[4] for g in logged if g[0] == "silver.activity"}  # fmt: skip
+        g[4] for g in logged if g[0] == "silver.activity"
+    }
     assert events["bronze.activity"].watermark is None  # bronze declares no watermark

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from millpond import paths, reports, run_summary
-from millpond.delta_log import table_state
-from millpond.generate import activity_files, land_file
-from spark_jobs import runner
+from millpond.dev.sample_data import activity_files, land_file
+from millpond.engine import runner
+from millpond.lake import paths
+from millpond.lake.delta_log import table_state
+from millpond.runs import reports, run_summary
+from tests.conftest import REPO
 from tests.lake_tables import assert_matches_reference, device_counts, hourly, read, silver_keys
 from tests.reference import activity_reference
 
@@ -42,8 +44,17 @@ def land_records(lake: Path, name: str, records: list[dict]) -> None:
 
 
 def record(device: str, index: int, **overrides) -> dict:
-    row = {"Recorded_At": f"2026-11-01T00:{index % 60:02d}:00.000Z", "Device": device, "Index": index,
-           "Model": "nexus4", "User": "a", "gt": "walk", "x": 0.5, "y": -0.5, "z": 9.8}  # fmt: skip
+    row = {
+        "Recorded_At": f"2026-11-01T00:{index % 60:02d}:00.000Z",
+        "Device": device,
+        "Index": index,
+        "Model": "nexus4",
+        "User": "a",
+        "gt": "walk",
+        "x": 0.5,
+        "y": -0.5,
+        "z": 9.8,
+    }
     return row | overrides
 
 
@@ -77,7 +88,12 @@ def versions() -> dict[str, int]:
 
 
 def snapshot(spark) -> dict:
-    return {"versions": versions(), "silver": silver_keys(spark), "counts": device_counts(spark), "hourly": hourly(spark)}
+    return {
+        "versions": versions(),
+        "silver": silver_keys(spark),
+        "counts": device_counts(spark),
+        "hourly": hourly(spark),
+    }
 
 
 def test_clean_increment_passes_warn_only_reports_and_results_join_the_event_log(spark, lake, capsys):
@@ -93,7 +109,8 @@ def test_clean_increment_passes_warn_only_reports_and_results_join_the_event_log
     assert summary["silver.activity"]["outcome"] == "succeeded"
     assert gate["outcome"] == "warned" and gate["failed_expectations"] == []
     assert [(w["expectation"], w["severity"], w["unexpected_count"]) for w in gate["warnings"]] == [
-        (INDEX_WARN, "warn", 1)]
+        (INDEX_WARN, "warn", 1)
+    ]
     assert Path(gate["report_path"]).exists()
     assert not paths.quarantine_path("silver.activity").exists()
     # validation results land in Delta, joinable with the event log on run_id
@@ -102,10 +119,20 @@ def test_clean_increment_passes_warn_only_reports_and_results_join_the_event_log
     joined = results.join(events.select("run_id", "table", "outcome"), ["run_id", "table"])
     rows = {r.expectation: r for r in joined.where("run_id = 'clean'").collect()}
     assert set(rows) == {
-        "expect_column_values_to_not_be_null(Device)", "expect_column_values_to_not_be_null(Recorded_At)", IN_SET,
-        X_RANGE, "expect_column_values_to_be_between(y)", "expect_column_values_to_be_between(z)", INDEX_WARN,
-        "expect_compound_columns_to_be_unique(Device,Index,Recorded_At)"}  # fmt: skip
-    assert (rows[INDEX_WARN].success, rows[INDEX_WARN].unexpected_count, rows[INDEX_WARN].severity) == (False, 1, "warn")
+        "expect_column_values_to_not_be_null(Device)",
+        "expect_column_values_to_not_be_null(Recorded_At)",
+        IN_SET,
+        X_RANGE,
+        "expect_column_values_to_be_between(y)",
+        "expect_column_values_to_be_between(z)",
+        INDEX_WARN,
+        "expect_compound_columns_to_be_unique(Device,Index,Recorded_At)",
+    }
+    assert (rows[INDEX_WARN].success, rows[INDEX_WARN].unexpected_count, rows[INDEX_WARN].severity) == (
+        False,
+        1,
+        "warn",
+    )
     assert rows[IN_SET].success and rows[IN_SET].outcome == "succeeded"
     assert rows[IN_SET].element_count == len(activity_reference(landing(lake)).silver)
 
@@ -120,12 +147,17 @@ def test_a_batch_that_passes_is_reported_with_its_counts_and_one_that_warns_with
     passed_page = page_text(results.first().report_path)
     assert passed_page.count("0% unexpected") == 6 and passed_page.count("100% not null") == 2
 
-    land_records(lake, "negative-index.json", [record("gear_9", -7), record("gear_9", -8, Recorded_At="2026-11-01T00:59:00.000Z")])
+    land_records(
+        lake,
+        "negative-index.json",
+        [record("gear_9", -7), record("gear_9", -8, Recorded_At="2026-11-01T00:59:00.000Z")],
+    )
     assert runner.main(["activity", "--run-id", "warns"]) == 0
     summary = {t["table"]: t for t in run_summary.load("activity", "warns")["tables"]}
     gate = summary["silver.activity"]["gate"]
     assert gate["outcome"] == "warned" and [(w["expectation"], w["unexpected_count"]) for w in gate["warnings"]] == [
-        (INDEX_WARN, 2)]
+        (INDEX_WARN, 2)
+    ]
     warned_page = page_text(gate["report_path"])
     assert "2 unexpected values found" in warned_page and "Unexpected Value Count" in warned_page
     assert "-7 1" in warned_page and "-8 1" in warned_page  # each failing value with its count
@@ -156,8 +188,12 @@ def test_failing_increment_keeps_gold_unchanged_until_the_rule_is_fixed(spark, l
     assert {k: v for k, v in after.items() if k != "versions"} == {k: v for k, v in before.items() if k != "versions"}
     assert {t: after["versions"][t] for t in TABLES[1:]} == {t: before["versions"][t] for t in TABLES[1:]}
     outcomes = {t["table"]: t["outcome"] for t in report["tables"]}
-    assert outcomes == {"bronze.activity": "succeeded", "silver.activity": "gate_failed",
-                        "gold.device_counts": "skipped", "gold.activity_hourly": "skipped"}  # fmt: skip
+    assert outcomes == {
+        "bronze.activity": "succeeded",
+        "silver.activity": "gate_failed",
+        "gold.device_counts": "skipped",
+        "gold.activity_hourly": "skipped",
+    }
     # `millpond check` sees the same pending slice (what silver has not committed), fails the same way, writes nothing
     from millpond.cli import main as cli
 
@@ -165,7 +201,10 @@ def test_failing_increment_keeps_gold_unchanged_until_the_rule_is_fixed(spark, l
     assert cli(["check", "activity", "--table", "silver.activity"]) == 4
     out, err = capsys.readouterr()
     assert f"checking bronze.activity versions {bronze}..{bronze}" in out
-    assert f"expectation {IN_SET} failed: 3 unexpected of {len(activity_reference(landing(lake)).silver) - len(before['silver'])} rows" in err
+    assert (
+        f"expectation {IN_SET} failed: 3 unexpected of {len(activity_reference(landing(lake)).silver) - len(before['silver'])} rows"
+        in err
+    )
     assert cli(["check", "activity", "--version-from", "0", "--version-to", str(bronze - 1)]) == 0  # the clean slice
     assert [e["outcome"] for e in reports.history() if e["mode"] == "check"] == ["failed", "passed"]
     assert snapshot(spark) == after and not paths.quarantine_path("silver.activity").exists()
@@ -173,12 +212,13 @@ def test_failing_increment_keeps_gold_unchanged_until_the_rule_is_fixed(spark, l
     # deferred (the Airflow ingest task), it exits 0 and leaves the failure in the run summary
     assert runner.main(["activity", "--run-id", "fly-2", "--defer-gate-failure"]) == 0
     assert snapshot(spark) == after
-    assert {t["table"]: t["outcome"] for t in run_summary.load("activity", "fly-2")["tables"]}["silver.activity"] \
-        == "gate_failed"
+    assert {t["table"]: t["outcome"] for t in run_summary.load("activity", "fly-2")["tables"]}[
+        "silver.activity"
+    ] == "gate_failed"
     # way out (a): fix the rule (here "fly" becomes a valid activity) and rerun: the replayed batch passes
     suites = tmp_path / "expectations"
     suites.mkdir()
-    suite = json.loads((paths.REPO_ROOT / "expectations" / f"{SUITE}.json").read_text())
+    suite = json.loads((REPO / "expectations" / f"{SUITE}.json").read_text())
     for expectation in suite["expectations"]:
         if expectation["type"] == "expect_column_values_to_be_in_set":
             expectation["kwargs"]["value_set"].append("fly")
@@ -204,16 +244,22 @@ def test_drop_rule_quarantines_rows_and_gold_refreshes_without_them(spark, lake,
 
 def test_way_out_by_quarantining_the_failing_slice(spark, lake, tmp_path, capsys):
     land_good(lake, seed=5)
-    land_records(lake, "bad.json", [record("s3_8", 9000 + i, gt="fly") for i in range(3)]
-                 + [record("s3_8", 9100, gt="fly", x=99.0), record("s3_8", 9101, x=-99.0)])  # fmt: skip
+    land_records(
+        lake,
+        "bad.json",
+        [record("s3_8", 9000 + i, gt="fly") for i in range(3)]
+        + [record("s3_8", 9100, gt="fly", x=99.0), record("s3_8", 9101, x=-99.0)],
+    )
     assert runner.main(["activity", "--run-id", "blocked"]) == 4
     assert not paths.table_path("silver.activity").exists() or read(spark, "silver.activity").count() == 0
     capsys.readouterr()
     assert runner.main(["activity", "--run-id", "set-aside", "--quarantine-failures", "silver.activity"]) == 0
     assert "quarantines rows failing `fail` expectations of silver.activity" in capsys.readouterr().out
     assert_gated(spark, lake, tmp_path, "bad.json")  # every good row there, once
-    quarantine = {json.loads(r.raw)["Index"]: r for r in
-                  spark.read.format("delta").load(str(paths.quarantine_path("silver.activity"))).collect()}
+    quarantine = {
+        json.loads(r.raw)["Index"]: r
+        for r in spark.read.format("delta").load(str(paths.quarantine_path("silver.activity"))).collect()
+    }
     assert sorted(quarantine) == [9000, 9001, 9002, 9100, 9101]
     assert quarantine[9000].rule == IN_SET and quarantine[9101].rule == X_RANGE
     assert set(quarantine[9100].rule.split("; ")) == {IN_SET, X_RANGE}

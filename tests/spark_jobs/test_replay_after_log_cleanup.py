@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from millpond import paths, small_overwrite, system_tables
-from millpond.delta_log import latest_version
-from millpond.generate import activity_files
-from spark_jobs import runner
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.lake import paths, small_overwrite, system_tables
+from millpond.lake.delta_log import latest_version
 from tests.lake_tables import assert_matches_reference, data_commits_without_txn
 from tests.reference import activity_reference
 from tests.spark_jobs.test_kill import run_killed_at, run_to_the_end
@@ -79,8 +79,10 @@ def test_replays_after_log_cleanup_write_nothing_twice_in_every_activity_table(s
 
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=12)
     run_killed_at(lake, "bronze.activity:after_write")  # bronze and its quarantine committed batch 1
-    kept = {bronze: expire_log(spark, bronze, "silver.activity,gold.device_counts,gold.activity_hourly"),
-            quarantine: expire_log(spark, quarantine)}  # fmt: skip
+    kept = {
+        bronze: expire_log(spark, bronze, "silver.activity,gold.device_counts,gold.activity_hourly"),
+        quarantine: expire_log(spark, quarantine),
+    }
     assert system_tables.driver_writable(system_tables.open_table(quarantine))  # its replay is delta-rs's to skip
     run_to_the_end(lake)  # replays bronze's batch 1 first
     assert {table: latest_version(table) for table in kept} == kept, "a replayed bronze batch was written again"

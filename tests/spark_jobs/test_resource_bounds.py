@@ -10,9 +10,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from millpond import paths
-from millpond.generate import activity_files
-from spark_jobs import runner
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.lake import paths
 from tests.reference import activity_reference
 
 pytestmark = pytest.mark.integration

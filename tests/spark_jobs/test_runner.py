@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from millpond import paths, run_summary
-from millpond.delta_log import latest_version, table_state
-from millpond.generate import activity_files
-from spark_jobs import runner
-from spark_jobs.streaming import checkpoint_query_id
+from millpond import settings
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.engine.streaming import checkpoint_query_id
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version, table_state
+from millpond.runs import run_summary
+from tests.conftest import REPO
 from tests.lake_tables import assert_matches_reference, read
 from tests.reference import activity_reference
 
@@ -26,8 +29,10 @@ def land(lake, files, rows=400, **kw):
 
 
 def versions() -> dict[str, int]:
-    return {t: (table_state(paths.table_path(t)) or table_state(paths.quarantine_path(t))).version
-            for t in ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")}  # fmt: skip
+    return {
+        t: (table_state(paths.table_path(t)) or table_state(paths.quarantine_path(t))).version
+        for t in ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
+    }
 
 
 def event_log(spark, run_id=None):
@@ -92,8 +97,14 @@ def test_a_run_with_nothing_new_needs_no_java_and_its_event_log_rows_read_back_i
     land(lake, 1)
     assert runner.main(["activity", "--run-id", "first"]) == 0
     no_java = {**os.environ, "JAVA_HOME": str(lake / "no-java"), "PATH": str(Path(sys.executable).parent)}
-    idle = subprocess.run([sys.executable, "-m", "spark_jobs.runner", "activity", "--run-id", "idle"], env=no_java,
-                          cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    idle = subprocess.run(
+        [sys.executable, "-m", "millpond.engine.runner", "activity", "--run-id", "idle"],
+        env=no_java,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert idle.returncode == 0, idle.stderr
     assert "no Spark application started" in idle.stdout
     log, first = event_log(spark, "idle"), event_log(spark, "first")
@@ -106,15 +117,27 @@ def test_a_run_with_nothing_new_needs_no_java_and_its_event_log_rows_read_back_i
 
 def test_event_log_records_each_table_with_airflow_context(spark, lake):
     land(lake, 1, duplicates=0.2, malformed=0.05, seed=7)
-    argv = ["activity", "--run-id", "scheduled__2026-11-01T01:00:00+00:00", "--trigger", "scheduled",
-            "--data-interval-start", "2026-11-01T01:00:00+00:00", "--data-interval-end", "2026-11-01T02:00:00+00:00"]
+    argv = [
+        "activity",
+        "--run-id",
+        "scheduled__2026-11-01T01:00:00+00:00",
+        "--trigger",
+        "scheduled",
+        "--data-interval-start",
+        "2026-11-01T01:00:00+00:00",
+        "--data-interval-end",
+        "2026-11-01T02:00:00+00:00",
+    ]
     assert runner.main(argv) == 0
     log = event_log(spark, "scheduled__2026-11-01T01:00:00+00:00")
     reference = activity_reference(lake / "landing" / "activity")
     assert set(log) == {"bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly"}
     bronze, silver = log["bronze.activity"], log["silver.activity"]
     assert (bronze.rows_in, bronze.rows_written, bronze.rows_quarantined) == (
-        reference.lines, len(reference.bronze), reference.quarantined)
+        reference.lines,
+        len(reference.bronze),
+        reference.quarantined,
+    )
     assert silver.rows_written == len(reference.silver)
     assert log["gold.device_counts"].rows_written == len(reference.device_counts)
     assert bronze.trigger == "scheduled" and bronze.data_interval_start.hour == 1
@@ -125,8 +148,13 @@ def test_malformed_lines_land_in_quarantine_with_reasons_and_counts_reconcile(sp
     folder = lake / "landing" / "activity"
     land(lake, 1, rows=200, seed=3)
     good = '{"Recorded_At": "2026-11-01T00:00:01.000Z", "Device": "d1", "Index": 1, "x": 1.0, "y": 2.0, "z": 3.0}'
-    bad = ['{"Recorded_At": "2026-11-01T00:00:01.000Z", "Device": "d1", "Index": "seven"}', "[1, 2]",
-           '{"Device": "d1", "Index": 2', "plain text", '{"Device": "d2", "x": "fast"}']  # fmt: skip
+    bad = [
+        '{"Recorded_At": "2026-11-01T00:00:01.000Z", "Device": "d1", "Index": "seven"}',
+        "[1, 2]",
+        '{"Device": "d1", "Index": 2',
+        "plain text",
+        '{"Device": "d2", "x": "fast"}',
+    ]
     (folder / "hand-made.json").write_text("\n".join([good, "", "   ", *bad]) + "\n")
     assert runner.main(["activity"]) == 0
     reference = activity_reference(folder)
@@ -173,7 +201,7 @@ def test_missing_checkpoint_is_refused_not_reingested(spark, lake, capsys):
 def test_failed_table_names_itself_exits_nonzero_and_skips_downstream(spark, lake, capsys, monkeypatch, tmp_path):
     import yaml
 
-    spec = yaml.safe_load(open(paths.pipelines_dir() / "activity.yaml"))
+    spec = yaml.safe_load(open(settings.pipelines_dir() / "activity.yaml"))
     spec["tables"]["silver.activity"]["transform"]["sql"] = "SELECT *, no_such_column FROM source"
     (tmp_path / "activity.yaml").write_text(yaml.safe_dump(spec))
     monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path))
@@ -226,13 +254,16 @@ def test_a_fresh_lake_is_a_successful_run_that_writes_nothing_and_says_why_witho
     summary = run_summary.load("clicks", "fresh")
     why = {t["table"]: (t["outcome"], t["rows_written"], t["nothing_yet"]) for t in summary["tables"]}
     assert why == {
-        "bronze.impressions": ("succeeded", 0, f"nothing has landed in landing/impressions yet (no folder "
-                                               f"{lake / 'landing' / 'impressions'})"),
+        "bronze.impressions": (
+            "succeeded",
+            0,
+            f"nothing has landed in landing/impressions yet (no folder {lake / 'landing' / 'impressions'})",
+        ),
         "bronze.clicks": ("succeeded", 0, "nothing has landed in landing/clicks yet"),
         "silver.impression_clicks": ("succeeded", 0, "bronze.impressions has no data yet"),
         "gold.ad_clicks": ("succeeded", 0, "silver.impression_clicks has no data yet"),
         "gold.campaign_ctr": ("succeeded", 0, "silver.impression_clicks has no data yet"),
-    }, why  # fmt: skip
+    }, why
     assert set(why) == set(CLICKS_TABLES)
     assert not any((lake / layer).exists() for layer in ("bronze", "silver", "gold")), "a table was created"
     assert not (lake / "_checkpoints").exists(), "a checkpoint was started"
@@ -252,10 +283,16 @@ def test_a_table_whose_source_has_not_landed_waits_and_loses_nothing(spark, lake
     assert runner.main(["clicks", "--run-id", "clicks-only"]) == 0
     out = capsys.readouterr().out
     assert "nothing has landed in landing/impressions yet" in out, out
-    outcomes = {t["table"]: (t["outcome"], t["rows_written"] > 0) for t in run_summary.load("clicks", "clicks-only")["tables"]}
-    assert outcomes == {"bronze.impressions": ("succeeded", False), "bronze.clicks": ("succeeded", True),
-                        "silver.impression_clicks": ("succeeded", False), "gold.ad_clicks": ("succeeded", False),
-                        "gold.campaign_ctr": ("succeeded", False)}, outcomes  # fmt: skip
+    outcomes = {
+        t["table"]: (t["outcome"], t["rows_written"] > 0) for t in run_summary.load("clicks", "clicks-only")["tables"]
+    }
+    assert outcomes == {
+        "bronze.impressions": ("succeeded", False),
+        "bronze.clicks": ("succeeded", True),
+        "silver.impression_clicks": ("succeeded", False),
+        "gold.ad_clicks": ("succeeded", False),
+        "gold.campaign_ctr": ("succeeded", False),
+    }, outcomes
 
     shutil.move(held_back, lake / "landing" / "impressions")
     assert runner.main(["clicks", "--run-id", "both"]) == 0

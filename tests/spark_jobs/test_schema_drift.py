@@ -7,9 +7,10 @@ import json
 import pytest
 import yaml
 
-from millpond import paths
-from millpond.generate import activity_files
-from spark_jobs import runner
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.lake import paths
+from tests.conftest import REPO
 from tests.lake_tables import assert_matches_reference, read
 from tests.reference import activity_reference
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 def use_activity_spec(tmp_path, monkeypatch, drift: str | None, extra_schema: str = "") -> None:
-    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "activity.yaml").read_text())
+    spec = yaml.safe_load((REPO / "pipelines" / "activity.yaml").read_text())
     if drift:
         spec["sources"]["activity"]["schema_drift"] = drift
     spec["sources"]["activity"]["schema"] += extra_schema
@@ -29,9 +30,21 @@ def use_activity_spec(tmp_path, monkeypatch, drift: str | None, extra_schema: st
 
 def land_drifted(folder, name: str, first_index: int, extra: list[dict]) -> None:
     """Well-formed recordings, each with the extra fields given for it."""
-    lines = [json.dumps({"Recorded_At": f"2026-11-01T01:00:{i:02d}.000Z", "Device": "nexus4_1",
-                         "Index": first_index + i, "gt": "walk", "x": 1.0, "y": 2.0, "z": 3.0, **fields})
-             for i, fields in enumerate(extra)]  # fmt: skip
+    lines = [
+        json.dumps(
+            {
+                "Recorded_At": f"2026-11-01T01:00:{i:02d}.000Z",
+                "Device": "nexus4_1",
+                "Index": first_index + i,
+                "gt": "walk",
+                "x": 1.0,
+                "y": 2.0,
+                "z": 3.0,
+                **fields,
+            }
+        )
+        for i, fields in enumerate(extra)
+    ]
     (folder / name).write_text("\n".join(lines) + "\n")
 
 
@@ -51,20 +64,23 @@ def test_rescue_is_the_default_new_fields_kept_as_json(spark, lake):
     assert bronze.where("_rescued_data IS NOT NULL").count() == 2
 
 
-@pytest.mark.parametrize("line", [
-    '{"a": 1, "b": "x"}',
-    '{ "a" : 1 , "b" : "x" }',                       # spaces around every colon, no new field
-    '{"a": 1, "extra" : 2}',                          # a new key with a space before its colon
-    '{"a":1,"extra"\t:2}',                            # ... and with a tab
-    '{"a": 1, "b": "she said \\": hi", "c": 3}',     # an escaped quote and colon inside a value, then a new key
-    '{"a": 1, "b": "x\\" ", "nested": {"c": 1}}',    # a quote then a space inside a value, a new nested key
-    '{"a": 1, "b": "x", "c": {"d" : {"e": 1}}}',      # more key marks than keys at the top level
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"a": 1, "b": "x"}',
+        '{ "a" : 1 , "b" : "x" }',  # spaces around every colon, no new field
+        '{"a": 1, "extra" : 2}',  # a new key with a space before its colon
+        '{"a":1,"extra"\t:2}',  # ... and with a tab
+        '{"a": 1, "b": "she said \\": hi", "c": 3}',  # an escaped quote and colon inside a value, then a new key
+        '{"a": 1, "b": "x\\" ", "nested": {"c": 1}}',  # a quote then a space inside a value, a new nested key
+        '{"a": 1, "b": "x", "c": {"d" : {"e": 1}}}',  # more key marks than keys at the top level
+    ],
+)
 def test_new_top_level_keys_are_found_however_the_line_is_spaced(spark, line):
     """The key count that skips the second parse is exact for any spacing: a new key is never missed."""
     from pyspark.sql.types import StructType
 
-    from spark_jobs import sources
+    from millpond.engine import sources
 
     schema = StructType.fromDDL("a BIGINT, b STRING")
     lines = spark.createDataFrame([(line, "f.json")], f"value STRING, {sources.SOURCE_FILE} STRING")
@@ -106,8 +122,9 @@ def test_add_evolves_bronze_and_the_pipeline_keeps_running_through_gold(spark, l
     ]
 
 
-def test_fail_stops_before_writing_and_after_the_fix_the_batch_is_ingested_once(spark, lake, tmp_path, monkeypatch,
-                                                                               capsys):  # fmt: skip
+def test_fail_stops_before_writing_and_after_the_fix_the_batch_is_ingested_once(
+    spark, lake, tmp_path, monkeypatch, capsys
+):
     use_activity_spec(tmp_path, monkeypatch, "fail")
     folder = lake / "landing" / "activity"
     activity_files(folder, 1, 30, seed=4)
@@ -122,8 +139,10 @@ def test_fail_stops_before_writing_and_after_the_fix_the_batch_is_ingested_once(
     assert "drift.json)" in err and "schema_drift: fail, so nothing of this batch was written" in err
     assert f"Fix: add battery to sources.activity.schema in {spec_file}" in err
     assert read(spark, "bronze.activity").count() == 30
-    log = {r.table: r for r in spark.read.format("delta").load(str(paths.event_log_path()))
-           .where("run_id = 'drifted'").collect()}  # fmt: skip
+    log = {
+        r.table: r
+        for r in spark.read.format("delta").load(str(paths.event_log_path())).where("run_id = 'drifted'").collect()
+    }
     assert log["bronze.activity"].outcome == "failed" and "battery" in log["bronze.activity"].error
     assert log["silver.activity"].outcome == "skipped"
 

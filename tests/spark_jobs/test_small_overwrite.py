@@ -9,20 +9,35 @@ from decimal import Decimal
 
 import pytest
 
-from millpond import paths, small_overwrite
-from millpond.delta_log import latest_version, rows_added
+from millpond.lake import paths, small_overwrite
+from millpond.lake.delta_log import latest_version, rows_added
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = ("hour TIMESTAMP, day DATE, device STRING, n BIGINT, share DOUBLE, amount DECIMAL(12,2), ok BOOLEAN, "
-          "tags ARRAY<STRING>, span STRUCT<start: TIMESTAMP, end: TIMESTAMP>, counts MAP<STRING, INT>")  # fmt: skip
+SCHEMA = (
+    "hour TIMESTAMP, day DATE, device STRING, n BIGINT, share DOUBLE, amount DECIMAL(12,2), ok BOOLEAN, "
+    "tags ARRAY<STRING>, span STRUCT<start: TIMESTAMP, end: TIMESTAMP>, counts MAP<STRING, INT>"
+)
 
 
 def rows(n: int, offset: int = 0) -> list[tuple]:
     hour = datetime(2026, 11, 1, tzinfo=UTC)
-    return [(hour.replace(hour=i % 24), date(2026, 11, 1 + i % 28), f"d{i + offset}", i + offset, i / 7,
-             Decimal(i) / 4, i % 2 == 0, [f"t{i}", None], (hour, hour.replace(hour=1)), {"a": i})
-            for i in range(n)]  # fmt: skip
+    return [
+        (
+            hour.replace(hour=i % 24),
+            date(2026, 11, 1 + i % 28),
+            f"d{i + offset}",
+            i + offset,
+            i / 7,
+            Decimal(i) / 4,
+            i % 2 == 0,
+            [f"t{i}", None],
+            (hour, hour.replace(hour=1)),
+            {"a": i},
+        )
+        for i in range(n)
+    ]
 
 
 def sorted_rows(df) -> list:
@@ -31,8 +46,9 @@ def sorted_rows(df) -> list:
 
 def test_an_overwrite_by_delta_rs_reads_back_in_spark_as_the_batch_it_was_given(spark, tmp_path):
     path = tmp_path / "gold"
-    spark.createDataFrame(rows(5), SCHEMA).write.format("delta").option("txnAppId", "app") \
-        .option("txnVersion", 0).save(str(path))  # the first write creates the table through Spark  # fmt: skip
+    spark.createDataFrame(rows(5), SCHEMA).write.format("delta").option("txnAppId", "app").option("txnVersion", 0).save(
+        str(path)
+    )  # the first write creates the table through Spark
     batch = spark.createDataFrame(rows(40, offset=100), SCHEMA)
 
     table = small_overwrite.table_to_overwrite(path, batch.schema.jsonValue())
@@ -40,11 +56,16 @@ def test_an_overwrite_by_delta_rs_reads_back_in_spark_as_the_batch_it_was_given(
     small_overwrite.overwrite(table, batch.toArrow(), "app", 1)
 
     assert sorted_rows(spark.read.format("delta").load(str(path))) == sorted_rows(batch)
-    assert spark.read.format("delta").load(str(path)).schema == spark.read.format("delta").option(
-        "versionAsOf", 0).load(str(path)).schema  # the table's schema is untouched  # fmt: skip
+    assert (
+        spark.read.format("delta").load(str(path)).schema
+        == spark.read.format("delta").option("versionAsOf", 0).load(str(path)).schema
+    )  # the table's schema is untouched
     assert rows_added(path, 0, 1, newest_only=True) == 40  # what the run's event log reports as written
-    txn = [json.loads(line)["txn"] for line in (path / "_delta_log" / f"{1:020d}.json").read_text().splitlines()
-           if '"txn"' in line]  # fmt: skip
+    txn = [
+        json.loads(line)["txn"]
+        for line in (path / "_delta_log" / f"{1:020d}.json").read_text().splitlines()
+        if '"txn"' in line
+    ]
     assert [(t["appId"], t["version"]) for t in txn] == [("app", 1)]
     # Delta's own txn action: delta-spark skips a write of batch 1 under the same app id.
     batch.write.format("delta").mode("overwrite").option("txnAppId", "app").option("txnVersion", 1).save(str(path))
@@ -56,8 +77,9 @@ def test_a_checkpoint_every_ten_commits_as_spark_would_make(spark, tmp_path):
     spark.createDataFrame(rows(3), SCHEMA).write.format("delta").save(str(path))
     for batch_id in range(1, 12):
         batch = spark.createDataFrame(rows(3 + batch_id), SCHEMA)
-        small_overwrite.overwrite(small_overwrite.table_to_overwrite(path, batch.schema.jsonValue()),
-                                  batch.toArrow(), "app", batch_id)  # fmt: skip
+        small_overwrite.overwrite(
+            small_overwrite.table_to_overwrite(path, batch.schema.jsonValue()), batch.toArrow(), "app", batch_id
+        )
     assert (path / "_delta_log" / f"{10:020d}.checkpoint.parquet").exists()
     assert json.loads((path / "_delta_log" / "_last_checkpoint").read_text())["version"] == 10
     assert spark.read.format("delta").load(str(path)).count() == 14
@@ -68,8 +90,9 @@ def test_an_empty_result_empties_the_table(spark, tmp_path):
     path = tmp_path / "gold"
     spark.createDataFrame(rows(3), SCHEMA).write.format("delta").save(str(path))
     empty = spark.createDataFrame([], SCHEMA)
-    small_overwrite.overwrite(small_overwrite.table_to_overwrite(path, empty.schema.jsonValue()), empty.toArrow(),
-                              "app", 1)  # fmt: skip
+    small_overwrite.overwrite(
+        small_overwrite.table_to_overwrite(path, empty.schema.jsonValue()), empty.toArrow(), "app", 1
+    )
     assert spark.read.format("delta").load(str(path)).count() == 0
     assert latest_version(path) == 1
 
@@ -81,8 +104,10 @@ PROPERTIES_SPARK_MUST_HONOUR = {
 }
 
 
-@pytest.mark.parametrize("change", ["check constraint", "partitioned", "append-only", "new column", "no table",
-                                    *PROPERTIES_SPARK_MUST_HONOUR])  # fmt: skip
+@pytest.mark.parametrize(
+    "change",
+    ["check constraint", "partitioned", "append-only", "new column", "no table", *PROPERTIES_SPARK_MUST_HONOUR],
+)
 def test_tables_delta_rs_would_not_write_as_spark_does_go_through_spark(spark, tmp_path, change):
     path, batch = tmp_path / "gold", spark.createDataFrame(rows(5), SCHEMA)
     if change != "no table":
@@ -104,18 +129,20 @@ def test_tables_delta_rs_would_not_write_as_spark_does_go_through_spark(spark, t
 def test_retention_and_checkpoint_properties_keep_the_delta_rs_path(spark, tmp_path):
     path, batch = tmp_path / "gold", spark.createDataFrame(rows(5), SCHEMA)
     batch.write.format("delta").save(str(path))
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '5', "
-              "'delta.logRetentionDuration' = 'interval 7 days', 'delta.deletedFileRetentionDuration' = "
-              "'interval 7 days')")  # fmt: skip
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '5', "
+        "'delta.logRetentionDuration' = 'interval 7 days', 'delta.deletedFileRetentionDuration' = "
+        "'interval 7 days')"
+    )
     assert small_overwrite.table_to_overwrite(path, batch.schema.jsonValue()) is not None
 
 
 def gold_writer(spark):
-    from millpond.run_record import RunContext, TableResult
+    from millpond.engine.streaming import BatchWriter
+    from millpond.runs.run_record import RunContext, TableResult
     from millpond.spec import load_pipeline
-    from spark_jobs.streaming import BatchWriter
 
-    table = load_pipeline(paths.REPO_ROOT / "pipelines" / "activity.yaml").tables["gold.device_counts"]
+    table = load_pipeline(REPO / "pipelines" / "activity.yaml").tables["gold.device_counts"]
     return BatchWriter(spark, table, "millpond:test", RunContext("t"), TableResult(table.id, "gold", datetime.now(UTC)))
 
 
@@ -135,8 +162,12 @@ def test_the_batch_not_the_table_decides_whether_delta_rs_takes_it(spark, lake, 
 
     writer, path = gold_writer(spark), paths.table_path("gold.device_counts")
     monkeypatch.setattr(small_overwrite, "SMALL_ROWS", 4)
-    counts = [spark.range(n).select(F.concat(F.lit("d"), F.col("id").cast("string")).alias("Device"),
-                                    F.col("id").alias("total_recordings")) for n in (3, 6, 2)]  # fmt: skip
+    counts = [
+        spark.range(n).select(
+            F.concat(F.lit("d"), F.col("id").cast("string")).alias("Device"), F.col("id").alias("total_recordings")
+        )
+        for n in (3, 6, 2)
+    ]
     assert writer.write(counts[0], str(path), "overwrite", 0)  # the first write creates the table through Spark
     assert writer.write(counts[1], str(path), "overwrite", 1)
     assert newest_commit(spark, path) == ("Apache", 1)  # 6 rows > 4 onto a 3-row table: Spark

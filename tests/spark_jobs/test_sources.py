@@ -8,9 +8,10 @@ import time
 import pytest
 import yaml
 
-from millpond import paths
-from millpond.generate import activity_files
-from spark_jobs import runner
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.lake import paths
+from tests.conftest import REPO
 from tests.lake_tables import assert_matches_reference, read
 from tests.reference import activity_reference
 
@@ -21,15 +22,19 @@ CSV_SPEC = {
     "schedule": "@daily",
     "start_date": "2026-11-01",
     "sources": {
-        "readings": {"format": "csv", "path": "landing/readings", "schema": "sensor STRING, reading DOUBLE, n INT",
-                     "options": {"header": "true"}},
+        "readings": {
+            "format": "csv",
+            "path": "landing/readings",
+            "schema": "sensor STRING, reading DOUBLE, n INT",
+            "options": {"header": "true"},
+        },
         "archive": {"format": "parquet", "path": "landing/archive", "schema": "sensor STRING, reading DOUBLE"},
     },
     "tables": {
         "bronze.readings": {"from": "landing.readings"},
         "bronze.archive": {"from": "landing.archive"},
     },
-}  # fmt: skip
+}
 
 
 def use_spec(tmp_path, monkeypatch, spec: dict) -> None:
@@ -73,7 +78,7 @@ def test_late_file_with_an_old_mtime_is_still_ingested(spark, lake):
 
 
 def test_once_and_processing_time_triggers_and_rate_limits(spark, lake, tmp_path, monkeypatch):
-    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "activity.yaml").read_text())
+    spec = yaml.safe_load((REPO / "pipelines" / "activity.yaml").read_text())
     spec["sources"]["activity"]["rate_limit"] = {"max_files_per_trigger": 1}
     spec["tables"]["silver.activity"]["trigger"] = "once"
     spec["tables"]["gold.device_counts"]["trigger"] = {"processingTime": "1 second"}
@@ -81,8 +86,10 @@ def test_once_and_processing_time_triggers_and_rate_limits(spark, lake, tmp_path
     landing = lake / "landing" / "activity"
     activity_files(landing, 3, 200, duplicates=0.1, seed=5)
     assert runner.main(["activity", "--run-id", "limited"]) == 0
-    log = {r.table: r for r in spark.read.format("delta").load(str(paths.event_log_path()))
-           .where("run_id = 'limited'").collect()}  # fmt: skip
+    log = {
+        r.table: r
+        for r in spark.read.format("delta").load(str(paths.event_log_path())).where("run_id = 'limited'").collect()
+    }
     assert log["bronze.activity"].micro_batches == 3  # one file per trigger
     assert log["silver.activity"].micro_batches == 1  # once: everything available in one batch
     assert_matches_reference(spark, activity_reference(landing))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from millpond import paths
-from millpond.generate import activity_files
+from millpond.dev.sample_data import activity_files
+from millpond.lake import paths
 from tests.lake_tables import data_commits_without_txn
 from tests.stress import MILLPOND
 
@@ -85,8 +85,11 @@ def test_the_pipeline_gives_the_same_tables_with_every_speed_up_on_and_off(spark
             run(lake, settings)
     fast_tables, standard_tables = contents(spark, fast), contents(spark, standard)
     assert fast_tables.keys() == standard_tables.keys()
-    differ = {name: (sorted(set(rows) - set(standard_tables[name]))[:3], sorted(set(standard_tables[name]) - set(rows))[:3])
-              for name, rows in fast_tables.items() if rows != standard_tables[name]}  # fmt: skip
+    differ = {
+        name: (sorted(set(rows) - set(standard_tables[name]))[:3], sorted(set(standard_tables[name]) - set(rows))[:3])
+        for name, rows in fast_tables.items()
+        if rows != standard_tables[name]
+    }
     assert differ == {}
     bronze = fast_tables["bronze/activity"]
     assert any("'_rescued_data': {'extra': 5}" in row for row in bronze)  # the single-quoted line's new field

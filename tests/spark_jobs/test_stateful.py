@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond import checkpoints, paths
-from millpond.delta_log import latest_version
+from millpond.engine import runner
+from millpond.lake import checkpoints, paths
+from millpond.lake.delta_log import latest_version
 from millpond.spec import load_pipeline
-from spark_jobs import runner
 from spark_jobs.transforms.sessions import STATE_SCHEMA
 from tests.lake_tables import event_log
 
@@ -39,42 +39,59 @@ GAP, DELAY = 20, 10  # minutes
 
 def stateful_table(function: str, output: str, mode: str) -> dict:
     table = {
-        "from": "bronze.events", "output_mode": mode, "watermark": {"column": "ts", "delay": f"{DELAY} minutes"},
-        "stateful": {"function": f"spark_jobs.transforms.sessions:{function}", "key": ["device"],
-                     "output_schema": f"device STRING, session_start TIMESTAMP, session_end TIMESTAMP, {output}",
-                     "state_schema": STATE_SCHEMA, "timeout": "event_time",
-                     "options": {"timestamp": "ts", "gap": f"{GAP} minutes"}},
-    }  # fmt: skip
+        "from": "bronze.events",
+        "output_mode": mode,
+        "watermark": {"column": "ts", "delay": f"{DELAY} minutes"},
+        "stateful": {
+            "function": f"spark_jobs.transforms.sessions:{function}",
+            "key": ["device"],
+            "output_schema": f"device STRING, session_start TIMESTAMP, session_end TIMESTAMP, {output}",
+            "state_schema": STATE_SCHEMA,
+            "timeout": "event_time",
+            "options": {"timestamp": "ts", "gap": f"{GAP} minutes"},
+        },
+    }
     if mode == "update":
         table["keys"] = ["device"]
     return table
 
 
 SPEC = {
-    "pipeline": "visits", "schedule": "@hourly", "start_date": "2026-11-01", "shuffle_partitions": 2,
+    "pipeline": "visits",
+    "schedule": "@hourly",
+    "start_date": "2026-11-01",
+    "shuffle_partitions": 2,
     "sources": {"events": {"format": "json", "path": "landing/events", "schema": "ts TIMESTAMP, device STRING"}},
     "tables": {
         "bronze.events": {"from": "landing.events"},
         "gold.sessions": stateful_table("sessions", "events BIGINT", "append"),
         "gold.device_latest": stateful_table("latest_session", "events BIGINT, active BOOLEAN", "update"),
     },
-}  # fmt: skip
+}
 TABLES = ("gold.sessions", "gold.device_latest")
 
 # (minute after T0, device) per round. The comments give the watermark each run starts with (W).
 ROUNDS = [
     [(0, "d1"), (5, "d1"), (12, "d1"), (45, "d1"), (50, "d1"), (3, "d2"), (30, "d2"), (55, "d3")],  # W none -> 45
-    [(58, "d1"),  # extends d1's open session 45-50 (d1's 0-12 was final at W 45)
-     (40, "d2"), (44, "d1"),  # before W 45: late, dropped (each would have joined an open session)
-     (45, "d4"),  # exactly at W 45: late too (it would have joined d4's 62)
-     (80, "d3"),  # 25 after d3's 55: a second open session of d3
-     (62, "d4"),
-     (70, "d6")],  # W 45 -> 70; d6 ends at 70 + gap = 90, so it stays open while W is 90 and ends at W 190
-    [(72, "d3"),  # after W 70, 17 after 55 and 8 before 80: bridges d3's two open sessions into one
-     (90, "d1"), (100, "d5")],  # W 70 -> 90
-    [(200, "d9"),  # moves W to 190: every other session is final and leaves the state
-     (85, "d1")],  # late: dropped
-]  # fmt: skip
+    [
+        (58, "d1"),  # extends d1's open session 45-50 (d1's 0-12 was final at W 45)
+        (40, "d2"),
+        (44, "d1"),  # before W 45: late, dropped (each would have joined an open session)
+        (45, "d4"),  # exactly at W 45: late too (it would have joined d4's 62)
+        (80, "d3"),  # 25 after d3's 55: a second open session of d3
+        (62, "d4"),
+        (70, "d6"),
+    ],  # W 45 -> 70; d6 ends at 70 + gap = 90, so it stays open while W is 90 and ends at W 190
+    [
+        (72, "d3"),  # after W 70, 17 after 55 and 8 before 80: bridges d3's two open sessions into one
+        (90, "d1"),
+        (100, "d5"),
+    ],  # W 70 -> 90
+    [
+        (200, "d9"),  # moves W to 190: every other session is final and leaves the state
+        (85, "d1"),
+    ],  # late: dropped
+]
 
 
 # ---------------------------------------------------------------------------------------------- the reference
@@ -149,8 +166,10 @@ def test_the_reference_follows_the_rules_the_rows_were_designed_for():
 def land(lake: Path, round_number: int) -> None:
     folder = lake / "landing" / "events"
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"ts": (T0 + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%S.000Z"), "device": d})
-             for m, d in ROUNDS[round_number]]  # fmt: skip
+    lines = [
+        json.dumps({"ts": (T0 + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%S.000Z"), "device": d})
+        for m, d in ROUNDS[round_number]
+    ]
     tmp = folder / f".events-{round_number}.tmp"
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(folder / f"events-{round_number}.json")
@@ -263,8 +282,9 @@ def batch_logs(table_id: str) -> tuple[int, int]:
 
 def run_killed_at(lake: Path, specs: Path, fault: str) -> None:
     env = {**os.environ, "MILLPOND_LAKE": str(lake), "MILLPOND_PIPELINES": str(specs), "MILLPOND_FAULT": fault}
-    proc = subprocess.run([MILLPOND, "run", "visits"], env=env, capture_output=True, text=True, timeout=600,
-                          start_new_session=True)  # fmt: skip
+    proc = subprocess.run(
+        [MILLPOND, "run", "visits"], env=env, capture_output=True, text=True, timeout=600, start_new_session=True
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from millpond import paths
-from millpond.delta_log import latest_version
-from millpond.generate import activity_files
-from spark_jobs import runner
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
 from tests.lake_tables import assert_matches_reference, read
 from tests.reference import activity_reference
 

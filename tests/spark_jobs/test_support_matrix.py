@@ -66,54 +66,81 @@ def join_query(how: str, watermarks: bool):
 def join(how: str, watermarks: bool = True) -> Operator:
     block = {"with": "bronze.b", "using": ["k"], "type": how}
     if watermarks:
-        block |= {"watermark": {"column": "ts2", "delay": "10 minutes"},
-                  "time_range": {"min": "0 seconds", "max": "1 hour"}}  # fmt: skip
+        block |= {
+            "watermark": {"column": "ts2", "delay": "10 minutes"},
+            "time_range": {"min": "0 seconds", "max": "1 hour"},
+        }
     return Operator({"join": block, **({"watermark": WATERMARK} if watermarks else {})}, join_query(how, watermarks))
 
 
 def stateful_query(a: DataFrame, b: DataFrame, mode: str) -> DataFrame:
     function = partial(sessions, timestamp="ts", gap="30 minutes")
     state_mode = "append" if mode == "complete" else mode  # complete has no stateful-function form to ask for
-    return (a.withWatermark("ts", "10 minutes").select("k", "ts").groupBy("k")
-            .applyInPandasWithState(function, OUTPUT_SCHEMA, STATE_SCHEMA, state_mode, GroupStateTimeout.EventTimeTimeout))  # fmt: skip
+    return (
+        a.withWatermark("ts", "10 minutes")
+        .select("k", "ts")
+        .groupBy("k")
+        .applyInPandasWithState(function, OUTPUT_SCHEMA, STATE_SCHEMA, state_mode, GroupStateTimeout.EventTimeTimeout)
+    )
 
 
 COUNT = {"group_by": ["k"], "measures": {"n": "count(*)"}}
 WINDOWED = {"window": {"column": "ts", "duration": "10 minutes", "as": "w"}, **COUNT}
 OPERATORS: dict[str, Operator] = {
-    "projection": Operator({"transform": {"sql": "SELECT k, ts, v FROM source WHERE v > 0"}},
-                           lambda a, b, mode: a.where("v > 0")),
-    "dedup with watermark": Operator({"watermark": WATERMARK, "dedup": {"keys": ["k", "ts"]}},
-                                     lambda a, b, mode: a.withWatermark("ts", "10 minutes").dropDuplicates(["k", "ts"])),
-    "dedup without watermark": Operator({"dedup": {"keys": ["k", "ts"]}},
-                                        lambda a, b, mode: a.dropDuplicates(["k", "ts"])),
-    "aggregate without watermark": Operator({"aggregate": COUNT, "keys": ["k"]},
-                                            lambda a, b, mode: a.groupBy("k").agg(F.count("*").alias("n"))),
+    "projection": Operator(
+        {"transform": {"sql": "SELECT k, ts, v FROM source WHERE v > 0"}}, lambda a, b, mode: a.where("v > 0")
+    ),
+    "dedup with watermark": Operator(
+        {"watermark": WATERMARK, "dedup": {"keys": ["k", "ts"]}},
+        lambda a, b, mode: a.withWatermark("ts", "10 minutes").dropDuplicates(["k", "ts"]),
+    ),
+    "dedup without watermark": Operator(
+        {"dedup": {"keys": ["k", "ts"]}}, lambda a, b, mode: a.dropDuplicates(["k", "ts"])
+    ),
+    "aggregate without watermark": Operator(
+        {"aggregate": COUNT, "keys": ["k"]}, lambda a, b, mode: a.groupBy("k").agg(F.count("*").alias("n"))
+    ),
     "aggregate, watermark not grouped": Operator(
         {"watermark": WATERMARK, "aggregate": COUNT, "keys": ["k"]},
-        lambda a, b, mode: a.withWatermark("ts", "10 minutes").groupBy("k").agg(F.count("*").alias("n"))),
+        lambda a, b, mode: a.withWatermark("ts", "10 minutes").groupBy("k").agg(F.count("*").alias("n")),
+    ),
     "window with watermark": Operator(
         {"watermark": WATERMARK, "aggregate": WINDOWED, "keys": ["w", "k"]},
-        lambda a, b, mode: (a.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "10 minutes"), "k")
-                            .agg(F.count("*").alias("n")))),
+        lambda a, b, mode: (
+            a.withWatermark("ts", "10 minutes").groupBy(F.window("ts", "10 minutes"), "k").agg(F.count("*").alias("n"))
+        ),
+    ),
     "sort": Operator({"order_by": ["k"]}, lambda a, b, mode: a.orderBy("k")),
-    "sort after aggregate": Operator({"aggregate": COUNT, "keys": ["k"], "order_by": ["k"]},
-                                     lambda a, b, mode: a.groupBy("k").agg(F.count("*").alias("n")).orderBy("k")),
+    "sort after aggregate": Operator(
+        {"aggregate": COUNT, "keys": ["k"], "order_by": ["k"]},
+        lambda a, b, mode: a.groupBy("k").agg(F.count("*").alias("n")).orderBy("k"),
+    ),
     "inner join with watermarks": join("inner"),
     "inner join without watermarks": join("inner", watermarks=False),
     "left outer join with watermarks": join("left_outer"),
     "left outer join without watermarks": join("left_outer", watermarks=False),
     "stream-static left outer lookup": Operator(
         {"lookup": {"with": "landing.labels", "using": ["k"], "type": "left_outer"}},
-        lambda a, b, mode: a.join(a.sparkSession.createDataFrame([("d1", "x")], "k STRING, label STRING"), "k",
-                                  "left_outer")),
+        lambda a, b, mode: a.join(
+            a.sparkSession.createDataFrame([("d1", "x")], "k STRING, label STRING"), "k", "left_outer"
+        ),
+    ),
     "stateful function": Operator(
-        {"watermark": WATERMARK, "keys": ["k"],
-         "stateful": {"function": "spark_jobs.transforms.sessions:sessions", "key": ["k"],
-                      "output_schema": OUTPUT_SCHEMA, "state_schema": STATE_SCHEMA, "timeout": "event_time",
-                      "options": {"timestamp": "ts", "gap": "30 minutes"}}},
-        stateful_query),
-}  # fmt: skip
+        {
+            "watermark": WATERMARK,
+            "keys": ["k"],
+            "stateful": {
+                "function": "spark_jobs.transforms.sessions:sessions",
+                "key": ["k"],
+                "output_schema": OUTPUT_SCHEMA,
+                "state_schema": STATE_SCHEMA,
+                "timeout": "event_time",
+                "options": {"timestamp": "ts", "gap": "30 minutes"},
+            },
+        },
+        stateful_query,
+    ),
+}
 
 # Cells Spark runs and millpond refuses anyway, with the reason the validator gives.
 STRICTER = {
@@ -144,8 +171,14 @@ def spark_refuses(
     """Start the plain PySpark query to completion; Spark's refusal message, or None if it ran."""
     a, b = (spark.readStream.format("delta").load(str(path)) for path in streams)
     try:
-        query = (operator.spark(a, b, mode).writeStream.format("noop").outputMode(mode)
-                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())  # fmt: skip
+        query = (
+            operator.spark(a, b, mode)
+            .writeStream.format("noop")
+            .outputMode(mode)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
     except (AnalysisException, StreamingQueryException) as refused:
         return str(refused)

@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond import checkpoints, paths
-from millpond.delta_log import latest_version
+from millpond.engine import runner
+from millpond.engine.streaming import BatchWriter, RunContext, TableResult
+from millpond.lake import checkpoints, paths
+from millpond.lake.delta_log import latest_version
 from millpond.spec import load_pipeline
-from spark_jobs import runner
-from spark_jobs.streaming import BatchWriter, RunContext, TableResult
+from tests.conftest import REPO
 from tests.lake_tables import event_log
 
 pytestmark = pytest.mark.integration
@@ -40,41 +41,87 @@ def gold(duration: int, slide: int | None = None, mode: str = "append") -> dict:
     window = {"column": "ts", "duration": f"{duration} minutes", "as": "window_start"}
     if slide:
         window["slide"] = f"{slide} minutes"
-    return {"from": "silver.readings", "output_mode": mode, "watermark": {"column": "ts", "delay": f"{DELAY} minutes"},
-            "aggregate": {"window": window, "group_by": ["device"], "measures": MEASURES},
-            "keys": ["window_start", "device"]}  # fmt: skip
+    return {
+        "from": "silver.readings",
+        "output_mode": mode,
+        "watermark": {"column": "ts", "delay": f"{DELAY} minutes"},
+        "aggregate": {"window": window, "group_by": ["device"], "measures": MEASURES},
+        "keys": ["window_start", "device"],
+    }
 
 
 SPEC = {
-    "pipeline": "windows", "schedule": "@hourly", "start_date": "2026-11-01", "shuffle_partitions": 2,
-    "sources": {"readings": {"format": "json", "path": "landing/readings",
-                             "schema": "ts TIMESTAMP, device STRING, value BIGINT"}},
+    "pipeline": "windows",
+    "schedule": "@hourly",
+    "start_date": "2026-11-01",
+    "shuffle_partitions": 2,
+    "sources": {
+        "readings": {
+            "format": "json",
+            "path": "landing/readings",
+            "schema": "ts TIMESTAMP, device STRING, value BIGINT",
+        }
+    },
     "tables": {
         "bronze.readings": {"from": "landing.readings"},
         # dedup in update mode: every surviving row is written once, exactly as in append mode
-        "silver.readings": {"from": "bronze.readings", "watermark": {"column": "ts", "delay": "1 day"},
-                            "dedup": {"keys": ["device", "ts"]}, "output_mode": "update", "keys": ["device", "ts"]},
+        "silver.readings": {
+            "from": "bronze.readings",
+            "watermark": {"column": "ts", "delay": "1 day"},
+            "dedup": {"keys": ["device", "ts"]},
+            "output_mode": "update",
+            "keys": ["device", "ts"],
+        },
         "gold.tumbling": gold(10),
         "gold.sliding": gold(10, slide=5),
         "gold.sliding_latest": gold(10, slide=5, mode="update"),
     },
-}  # fmt: skip
-WINDOWS = {"gold.tumbling": (10, 10, "append"), "gold.sliding": (10, 5, "append"),
-           "gold.sliding_latest": (10, 5, "update")}  # fmt: skip
+}
+WINDOWS = {
+    "gold.tumbling": (10, 10, "append"),
+    "gold.sliding": (10, 5, "append"),
+    "gold.sliding_latest": (10, 5, "update"),
+}
 
 # (minute after T0, device, value) per round. Late rows use devices of their own (d3..d6), so Spark's
 # dropped-row count (taken after partial aggregation, per key) equals the number of dropped contributions.
 ROUNDS = [
-    [(1, "d1", 1), (3, "d1", 2), (7, "d1", 3), (12, "d1", 4), (18, "d1", 5), (24, "d1", 6), (2, "d2", 7),
-     (9, "d2", 8), (15, "d2", 9), (22, "d2", 10), (3, "d1", 2)],  # the last line repeats one: silver drops it
-    [(26, "d1", 11), (31, "d1", 12), (38, "d1", 13), (44, "d1", 14), (28, "d2", 15), (35, "d2", 16), (41, "d2", 17),
-     (5, "d3", 100),  # watermark 14: its tumbling window [0,10) is closed, sliding [5,15) is still open
-     (13, "d2", 200),  # older than the watermark, but every window holding it is open: counted
-     (12, "d1", 4)],  # a duplicate of round 1: silver drops it
-    [(47, "d1", 18), (52, "d1", 19), (58, "d1", 20), (63, "d1", 21), (50, "d2", 22), (61, "d2", 23),
-     (20, "d4", 300),  # watermark 34: every window holding it is closed: dropped twice in sliding
-     (33, "d5", 400)],  # before the watermark, windows still open: counted
-]  # fmt: skip
+    [
+        (1, "d1", 1),
+        (3, "d1", 2),
+        (7, "d1", 3),
+        (12, "d1", 4),
+        (18, "d1", 5),
+        (24, "d1", 6),
+        (2, "d2", 7),
+        (9, "d2", 8),
+        (15, "d2", 9),
+        (22, "d2", 10),
+        (3, "d1", 2),
+    ],  # the last line repeats one: silver drops it
+    [
+        (26, "d1", 11),
+        (31, "d1", 12),
+        (38, "d1", 13),
+        (44, "d1", 14),
+        (28, "d2", 15),
+        (35, "d2", 16),
+        (41, "d2", 17),
+        (5, "d3", 100),  # watermark 14: its tumbling window [0,10) is closed, sliding [5,15) is still open
+        (13, "d2", 200),  # older than the watermark, but every window holding it is open: counted
+        (12, "d1", 4),
+    ],  # a duplicate of round 1: silver drops it
+    [
+        (47, "d1", 18),
+        (52, "d1", 19),
+        (58, "d1", 20),
+        (63, "d1", 21),
+        (50, "d2", 22),
+        (61, "d2", 23),
+        (20, "d4", 300),  # watermark 34: every window holding it is closed: dropped twice in sliding
+        (33, "d5", 400),
+    ],  # before the watermark, windows still open: counted
+]
 
 
 # ---------------------------------------------------------------------------------------------- the reference
@@ -154,8 +201,10 @@ def test_the_reference_follows_the_rules_the_rows_were_designed_for():
 def land(lake: Path, round_number: int) -> None:
     folder = lake / "landing" / "readings"
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"ts": (T0 + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%S.000Z"), "device": d,
-                         "value": v}) for m, d, v in ROUNDS[round_number]]  # fmt: skip
+    lines = [
+        json.dumps({"ts": (T0 + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%S.000Z"), "device": d, "value": v})
+        for m, d, v in ROUNDS[round_number]
+    ]
     tmp = folder / f".readings-{round_number}.tmp"
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(folder / f"readings-{round_number}.json")
@@ -253,8 +302,9 @@ def test_delta_skips_a_merge_whose_batch_id_it_already_committed(spark, lake):
     table = load_pipeline(write_spec_here(lake)).tables["gold.sliding_latest"]
     writer = BatchWriter(spark, table, "millpond:test", RunContext("t"), TableResult(table.id, "gold", T0))
     path = paths.table_path(table.id)
-    first = spark.createDataFrame([(T0, "d1", 1, 10)], "window_start TIMESTAMP, device STRING, readings BIGINT, "
-                                  "total BIGINT")  # fmt: skip
+    first = spark.createDataFrame(
+        [(T0, "d1", 1, 10)], "window_start TIMESTAMP, device STRING, readings BIGINT, total BIGINT"
+    )
     writer.write_merged(first, 0)
     changed = spark.createDataFrame([(T0, "d1", 2, 30), (T0, None, 1, 5)], first.schema)
     writer.write_merged(changed, 1)
@@ -276,10 +326,20 @@ ONLY_MERGE = "bronze.readings,silver.readings,gold.sliding_latest"  # the kill t
 
 
 def run_killed_after_merge(lake: Path, specs: Path, table_id: str) -> None:
-    env = {**os.environ, "MILLPOND_LAKE": str(lake), "MILLPOND_PIPELINES": str(specs),
-           "MILLPOND_FAULT": f"{table_id}:after_write"}  # fmt: skip
-    proc = subprocess.run([MILLPOND, "run", "windows", "--tables", ONLY_MERGE], env=env, capture_output=True, text=True, timeout=600,
-                          start_new_session=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "MILLPOND_LAKE": str(lake),
+        "MILLPOND_PIPELINES": str(specs),
+        "MILLPOND_FAULT": f"{table_id}:after_write",
+    }
+    proc = subprocess.run(
+        [MILLPOND, "run", "windows", "--tables", ONLY_MERGE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
@@ -308,14 +368,19 @@ def test_a_crash_after_the_merge_replays_without_writing_twice(spark, lake, tmp_
 
 def test_an_update_aggregate_without_a_window_merges_the_latest_value_per_key(spark, lake, tmp_path, monkeypatch):
     """Update mode on a plain group_by with max_by (the "latest value per key" shape): two rounds, each MERGEd."""
-    from millpond.generate import activity_files
+    from millpond.dev.sample_data import activity_files
     from tests.reference import activity_reference
 
-    spec = yaml.safe_load((paths.REPO_ROOT / "pipelines" / "activity.yaml").read_text())
+    spec = yaml.safe_load((REPO / "pipelines" / "activity.yaml").read_text())
     spec["tables"].pop("gold.activity_hourly")
     spec["tables"]["silver.activity"].pop("expectations")
-    spec["tables"]["gold.device_counts"].update(output_mode="update", aggregate={"group_by": ["Device"], "measures": {
-        "total_recordings": "count(*)", "latest_index": "max_by(Index, struct(Recorded_At, Index))"}})
+    spec["tables"]["gold.device_counts"].update(
+        output_mode="update",
+        aggregate={
+            "group_by": ["Device"],
+            "measures": {"total_recordings": "count(*)", "latest_index": "max_by(Index, struct(Recorded_At, Index))"},
+        },
+    )
     (tmp_path / "activity.yaml").write_text(yaml.safe_dump(spec))
     monkeypatch.setenv("MILLPOND_PIPELINES", str(tmp_path))
     landing = lake / "landing" / "activity"
@@ -328,4 +393,5 @@ def test_an_update_aggregate_without_a_window_merges_the_latest_value_per_key(sp
             expected[device] = (count + 1, max(latest or (recorded_at, index), (recorded_at, index)))
         rows = spark.read.format("delta").load(str(paths.table_path("gold.device_counts"))).collect()
         assert {r.Device: (r.total_recordings, r.latest_index) for r in rows} == {
-            device: (count, latest[1]) for device, (count, latest) in expected.items()}, f"after round {round_number}"
+            device: (count, latest[1]) for device, (count, latest) in expected.items()
+        }, f"after round {round_number}"

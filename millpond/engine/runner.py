@@ -1,0 +1,436 @@
+"""Run a pipeline's tables in dependency order inside ONE Spark application.
+
+Entry point for both `millpond run` (in-process) and `spark-submit millpond/engine/runner.py` (Airflow).
+The spec is loaded and validated before the JVM starts; the pipeline lock is taken before any checkpoint is
+touched. Exit codes: 0 ok, 1 a table failed, 2 invalid spec or arguments, 3 pipeline busy, 4 a data-quality
+gate failed (0 with --defer-gate-failure: the Airflow quality_gate task then fails from the run summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from millpond.engine import driver_jit, speedups, warm_driver
+from millpond.lake import checkpoints, file_sink_log, paths
+from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
+from millpond.runs import event_log
+from millpond.runs.run_record import RunContext, TableResult, cli_run_id
+from millpond.spec import LAYERS, Pipeline, SpecError, Table, environment_problems, load_pipeline
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="millpond run", description=__doc__.splitlines()[0])
+    parser.add_argument("pipeline", help="pipeline name (pipelines/<name>.yaml) or a spec path")
+    parser.add_argument("--tables", default="", help="comma-separated table ids to run (default: all)")
+    parser.add_argument("--layers", default="", help=f"comma-separated layers to run ({', '.join(LAYERS)})")
+    parser.add_argument(
+        "--full-refresh",
+        default="",
+        help="comma-separated tables to rebuild from their source (their downstream tables are rebuilt too)",
+    )
+    parser.add_argument("--run-id", default=None, help="the orchestrator's run id (default: manual__<utc time>)")
+    parser.add_argument("--trigger", default="manual", help="what started the run: manual, scheduled, backfill")
+    parser.add_argument("--data-interval-start", default=None, type=_timestamp)
+    parser.add_argument("--data-interval-end", default=None, type=_timestamp)
+    parser.add_argument("--wait", default=0.0, type=float, help="seconds to wait for a running writer (default 0)")
+    parser.add_argument("--master", default=None, help="Spark master when not under spark-submit")
+    parser.add_argument(
+        "--defer-gate-failure",
+        action="store_true",
+        help="exit 0 when the only failure is a data-quality gate (recorded as gate_failed in the "
+        "run summary; the Airflow quality_gate task fails from it)",
+    )
+    parser.add_argument(
+        "--quarantine-failures",
+        default="",
+        help="comma-separated gated tables: for this run only, rows failing a `fail` expectation "
+        "go to the table's quarantine (with rule and run id) instead of stopping the gate",
+    )
+    return parser.parse_args(argv)
+
+
+def _timestamp(text: str) -> datetime | None:
+    """An ISO timestamp, or None for a run without a data interval (Airflow passes `none`)."""
+    if not text or text.lower() == "none":
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def select_tables(pipeline: Pipeline, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(tables to run in order, tables to rebuild from scratch). Raises SpecError on unknown names."""
+    chosen = set(pipeline.tables)
+    if args.tables:
+        chosen = {pipeline.table(t).id for t in args.tables.split(",") if t.strip()}
+    if args.layers:
+        layers = [layer.strip() for layer in args.layers.split(",") if layer.strip()]
+        unknown = [layer for layer in layers if layer not in LAYERS]
+        if unknown:
+            raise SpecError([f"--layers: unknown layer(s) {unknown}; use {', '.join(LAYERS)}"])
+        chosen &= {t.id for t in pipeline.tables.values() if t.layer in layers}
+    refresh: list[str] = []
+    if args.full_refresh:
+        roots = [pipeline.table(t).id for t in args.full_refresh.split(",") if t.strip()]
+        refresh = pipeline.downstream(roots)
+        chosen |= set(refresh)
+    gated_tables_to_quarantine(pipeline, args)  # argument errors answer before any JVM starts
+    return [t for t in pipeline.tables if t in chosen], refresh
+
+
+def gated_tables_to_quarantine(pipeline: Pipeline, args: argparse.Namespace) -> list[str]:
+    """--quarantine-failures names gated tables only: anything else is an argument error, not a silent no-op."""
+    chosen = [pipeline.table(t).id for t in (args.quarantine_failures or "").split(",") if t.strip()]
+    ungated = [t for t in chosen if not pipeline.tables[t].expectations]
+    if ungated:
+        gated = ", ".join(t.id for t in pipeline.tables.values() if t.expectations) or "none"
+        raise SpecError(
+            [f"--quarantine-failures: {', '.join(ungated)} has no expectations suite (gated tables: {gated})"]
+        )
+    return chosen
+
+
+def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
+    """Full refresh: drop checkpoint, data and quarantine, so the table is rebuilt from its source."""
+    for table_id in table_ids:
+        for path in (
+            paths.checkpoint_path(pipeline.name, table_id),
+            paths.table_path(table_id),
+            paths.quarantine_path(table_id),
+        ):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+NEEDS_SPARK = 10  # main(..., spark_allowed=False): some table has something new; nothing was touched
+
+
+def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
+    """The run; with spark_allowed=False only a run that needs no JVM happens (else it returns NEEDS_SPARK).
+
+    With MILLPOND_WARM_DRIVER=on a run that needs Spark is handed to the lake's warm driver (millpond.engine.warm_driver).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    try:
+        pipeline = load_pipeline(args.pipeline)
+        tables, refresh = select_tables(pipeline, args)
+        unset = environment_problems(pipeline, tables)  # `${KAFKA_BOOTSTRAP}`-style settings
+        if unset:
+            raise SpecError(unset)
+        driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
+        speedups.check_settings()
+        hand_over = spark_allowed and warm_driver.wanted()
+    except SpecError as exc:
+        print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
+        return 2
+    run_id = args.run_id or cli_run_id()
+    try:
+        with pipeline_lock(pipeline.name, run_id, args.wait):
+            code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed and not hand_over)
+    except PipelineBusy as exc:
+        print(f"millpond: {exc}", file=sys.stderr)
+        return 3
+    except LakeNotWritable as exc:
+        print(f"millpond: {exc}", file=sys.stderr)
+        return 1
+    if hand_over and code == NEEDS_SPARK:  # the lock and the nothing-new check were here; the run is the driver's
+        return warm_driver.run(argv)
+    return code
+
+
+def _run_locked(
+    pipeline: Pipeline,
+    tables: list[str],
+    refresh: list[str],
+    args: argparse.Namespace,
+    run_id: str,
+    spark_allowed: bool,
+) -> int:
+    quarantine = tuple(gated_tables_to_quarantine(pipeline, args))
+    run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end, quarantine)
+    idle = None if refresh or quarantine else results_if_nothing_new(pipeline, tables)
+    if idle is not None:
+        # An Airflow task asks in its own process (spark_allowed=False): that process's age is not this run's.
+        phases = {"launch": seconds_since_launch()} if spark_allowed else {}
+        phases["check_sources"] = sum(r.seconds for r in idle)
+        for result in idle:
+            print(format_result(result), flush=True)
+        print("millpond: no table has anything new: no Spark application started")
+        for result in idle:
+            if result.nothing_yet:
+                print(f"millpond: {result.table}: {result.nothing_yet}; it runs once there is something to read")
+        return record_run(pipeline, run, idle, phases, args)
+    if not spark_allowed:
+        return NEEDS_SPARK
+    # Heavy imports only now: validation and lock errors above answer in well under a second.
+    from pyspark import SparkContext
+
+    from millpond.engine.progress import batch_rows, listening
+    from millpond.engine.session import build_spark_session, compiles_huge_methods, driver_jit_in_effect
+    from millpond.engine.streaming import TableFailed, run_table
+
+    if refresh:
+        roots = [t for t in refresh if not set(pipeline.tables[t].upstreams) & set(refresh)]
+        extra = [t for t in refresh if t not in roots]
+        print(
+            f"millpond: full refresh of {', '.join(roots)}"
+            + (f" also rebuilds {', '.join(extra)} (they read it as a stream)" if extra else "")
+        )
+        reset_tables(pipeline, refresh)
+    if quarantine:
+        print(
+            f"millpond: this run quarantines rows failing `fail` expectations of {', '.join(quarantine)} "
+            "(with rule name and run id) instead of stopping at the gate"
+        )
+    # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
+    # (Per process, not per thread as getActiveSession is: the warm driver runs each run in a thread of its own.)
+    launching = SparkContext._active_spark_context is None
+    phases = {"launch": seconds_since_launch()} if launching else {}
+    jit = driver_jit.choose(pipeline, tables, bool(refresh))
+    started = time.perf_counter()
+    spark = build_spark_session(f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master, jit.java_options)
+    phases["spark_session"] = time.perf_counter() - started
+    if launching:
+        print(driver_jit_line(jit, driver_jit_in_effect(spark), compiles_huge_methods(spark)), flush=True)
+    results: list[TableResult] = []
+    failed = None
+    with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
+        for table_id in tables:
+            table = pipeline.tables[table_id]
+            if failed:
+                results.append(
+                    TableResult(
+                        table_id,
+                        table.layer,
+                        datetime.now(UTC),
+                        ended_at=datetime.now(UTC),
+                        outcome="skipped",
+                        error=f"upstream run stopped at {failed}",
+                    )
+                )
+                continue
+            waiting = nothing_to_read(pipeline, table)
+            if waiting:  # asked again here: an upstream table of this run may just have written its first version
+                results.append(nothing_yet_result(table, waiting))
+                print(format_result(results[-1]), flush=True)
+                continue
+            try:
+                result = run_table(spark, pipeline, table, run, table_id in refresh, listener)
+            except TableFailed as exc:
+                failed = table_id
+                result = exc.result or TableResult(
+                    table_id,
+                    table.layer,
+                    datetime.now(UTC),
+                    ended_at=datetime.now(UTC),
+                    outcome="failed",
+                    error=str(exc),
+                )
+                gate_failed = result.outcome == "gate_failed"
+                print(f"millpond: {gate_failure_text(pipeline, result) if gate_failed else exc}", file=sys.stderr)
+            results.append(result)
+            print(format_result(result), flush=True)
+    phases.update({r.table: r.seconds for r in results})
+    return record_run(pipeline, run, results, phases, args, batch_rows(pipeline.name, run.run_id, listener))
+
+
+def driver_jit_for(argv: list[str]) -> driver_jit.DriverJit:
+    """The JIT a run with these arguments should start its driver JVM with (Airflow's task asks before spark-submit)."""
+    args = parse_args(argv)
+    pipeline = load_pipeline(args.pipeline)
+    tables, refresh = select_tables(pipeline, args)
+    return driver_jit.choose(pipeline, tables, bool(refresh))
+
+
+def driver_jit_line(chosen: driver_jit.DriverJit, in_effect: str, huge_methods: bool) -> str:
+    """What the driver JVM actually runs with (read from the JVM), and why when it is what this run chose."""
+    name = {"quick": "quick (C1 only", "full": "full (tiered C1 + C2"}[in_effect]
+    name += ", methods of any size)" if huge_methods else ", no method over 8,000 bytes)"
+    asked = "full" if chosen.mode == "off" else chosen.mode  # off: HotSpot's default tiered JIT, no option
+    why = chosen.reason if asked == in_effect else "set by the JVM's launcher, not by this run"
+    return f"millpond: driver JIT {name}: {why}"
+
+
+def nothing_to_read(pipeline: Pipeline, table: Table) -> str | None:
+    """Why the table has nothing to read yet, or None: its landing folder is missing or holds no file, or its
+    upstream table (or a side of its join) has no version yet.
+
+    Such a table is not started: Spark would fail on the missing path (`PATH_NOT_FOUND`, a Delta table that is not
+    one), and waiting loses nothing, since the table's checkpoint has not read anything of what is to come.
+    A Kafka topic is not asked (that takes a Kafka client, i.e. the JVM): its query runs and finds what it finds.
+    A missing lookup dimension is not a wait but an error naming the path (streaming.py): its stream has rows, and
+    joining them with no dimension would write them unattributed.
+    """
+    if table.reads_kafka:
+        return None
+    if table.reads_landing:
+        why = _nothing_landed(pipeline, table.source)
+        if why:
+            return why
+    else:
+        for upstream in table.upstreams:
+            if upstream in pipeline.tables and file_sink_log.table_version(pipeline.tables[upstream]) < 0:
+                return f"{upstream} has no data yet"
+    return None
+
+
+def _nothing_landed(pipeline: Pipeline, source_id: str) -> str | None:
+    relative = pipeline.sources[source_id].path
+    root = paths.landing_path(relative)
+    if checkpoints.landed_files(root):
+        return None
+    return f"nothing has landed in {relative} yet" + ("" if root.is_dir() else f" (no folder {root})")
+
+
+def nothing_yet_result(table: Table, why: str) -> TableResult:
+    now = datetime.now(UTC)
+    version = file_sink_log.table_version(table)
+    return TableResult(
+        table.id,
+        table.layer,
+        now,
+        ended_at=now,
+        version_before=version,
+        version_after=version,
+        outcome="succeeded",
+        nothing_yet=why,
+    )
+
+
+def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableResult] | None:
+    """Every table's result when none has anything new since its last finished run (or nothing to read at all yet),
+    else None.
+
+    Decided from file listings, the Delta logs and the checkpoints (no JVM), in dependency order: nothing is
+    written, so each upstream version read here is the one its downstream table's last run read. A checkpoint
+    problem is left to the Spark path, which reports it per table as usual.
+    """
+    results = []
+    for table_id in tables:
+        table, started = pipeline.tables[table_id], datetime.now(UTC)
+        try:
+            waiting = nothing_to_read(pipeline, table)
+        except OSError:
+            return None
+        if waiting:
+            results.append(nothing_yet_result(table, waiting))
+            continue
+        try:
+            checkpoints.verify(pipeline, table)
+            previous = checkpoints.nothing_new(pipeline, table, checkpoints.input_fingerprint(pipeline, table))
+        except (checkpoints.CheckpointProblem, OSError):
+            return None
+        if previous is None:
+            return None
+        version = file_sink_log.table_version(table)
+        results.append(
+            TableResult(
+                table_id,
+                table.layer,
+                started,
+                ended_at=datetime.now(UTC),
+                version_before=version,
+                version_after=version,
+                outcome="succeeded",
+                input_unchanged=True,
+                state_rows=int(previous.get("state_rows", 0)),
+            )
+        )
+    return results
+
+
+def record_run(
+    pipeline: Pipeline,
+    run: RunContext,
+    results: list[TableResult],
+    phases: dict[str, float],
+    args: argparse.Namespace,
+    batches: list[dict] | None = None,
+) -> int:
+    """Event log, query progress and run summary, then the exit code: the tables are committed (or not) already."""
+    failed = next((r.table for r in results if r.outcome in ("failed", "gate_failed")), None)
+    gate_failed = any(r.outcome == "gate_failed" for r in results)
+    started = time.perf_counter()
+    try:
+        event_log.append(pipeline.name, run, results)
+        event_log.append_progress(batches or [])
+        summary = event_log.write_run_summary(pipeline.name, run, results)
+        phases["event_log"] = time.perf_counter() - started
+        print("millpond: phases " + " ".join(f"{name}={seconds:.2f}s" for name, seconds in phases.items()))
+    except Exception as exc:  # say so instead of a traceback
+        print(
+            f"millpond: run {run.run_id}: could not record the run in {paths.event_log_path()}: "
+            f"{str(exc).strip().splitlines()[0][:500]}. The tables are as reported above; rerun once the lake is "
+            "writable.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"millpond: run {run.run_id} {'FAILED at ' + failed if failed else 'succeeded'}; summary {summary}")
+    for result in results:
+        if result.gate:
+            print(
+                f"millpond: gate {result.gate['suite']} on {result.table}: {result.gate['outcome']}; report "
+                f"{result.gate['report_path']}; all gate runs {result.gate['index_path']}"
+            )
+    if not failed:
+        return 0
+    if gate_failed and args.defer_gate_failure:
+        print(
+            f"millpond: gate failure of {failed} deferred (--defer-gate-failure): the quality gate task fails "
+            "from the run summary"
+        )
+        return 0
+    return 4 if gate_failed else 1
+
+
+def seconds_since_launch() -> float:
+    """Seconds since this application started: its JVM's start under spark-submit (the JVM launches Python)."""
+    import psutil
+
+    parent = psutil.Process().parent()
+    pid = parent.pid if parent and parent.name().startswith("java") else os.getpid()
+    try:  # ticks since boot against /proc/uptime: psutil's create_time rounds the boot time to whole seconds
+        start_ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):  # not Linux
+        return max(0.0, time.time() - psutil.Process(pid).create_time())
+
+
+def gate_failure_text(pipeline: Pipeline, result) -> str:
+    """The message a user acts on: suite, each failed expectation with its count, the report, the way out."""
+    gate = result.gate
+    lines = [
+        f"data-quality gate FAILED for {result.table} (suite {gate['suite']}); nothing of the failing batch "
+        f"was written, so {result.table} and its downstream tables are unchanged."
+    ]
+    for f in gate["failed_expectations"]:
+        lines.append(
+            f"  expectation {f['expectation']} [{f['severity']}]: {f['unexpected_count']} unexpected rows "
+            f"(batch {f['batch_id']})"
+        )
+    lines.append(f"  report: {gate['report_path']}")
+    lines.append(f"  all gate runs: {gate['index_path']}")
+    lines.append(
+        f"  way out: fix the data or the rule (expectations/{gate['suite']}.json) and rerun; or set the "
+        f"failing rows aside: millpond run {pipeline.name} --quarantine-failures {result.table}"
+    )
+    return "\n".join(lines)
+
+
+def format_result(r) -> str:
+    return (
+        f"{r.table:<28} {r.outcome:<9} batches={r.micro_batches} in={r.rows_in} written={r.rows_written} "
+        f"quarantined={r.rows_quarantined} late_dropped={r.rows_dropped_by_watermark} "
+        f"version={r.version_before}->{r.version_after} {r.seconds:.1f}s  {paths.table_path(r.table)}"
+        + ("  (nothing new since its last run: query not started)" if r.input_unchanged else "")
+        + (f"  ({r.nothing_yet}: query not started)" if r.nothing_yet else "")
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

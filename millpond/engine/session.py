@@ -1,0 +1,105 @@
+"""The one place a SparkSession is built: Delta and millpond's functions enabled from the local jar cache, tuned for
+small local runs."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from millpond import settings
+from millpond.engine import jars
+from millpond.engine.driver_jit import executor_java_options
+
+# Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
+BASE_CONF = {
+    # Delta's SQL, and millpond's functions (jvm/: bronze's json parse and new-field check, sources.parse_json_lines).
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension,millpond.spark.MillpondExtensions",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+    # Delta rebuilds a table snapshot with 50 tasks by default: seconds of overhead on small local tables.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    # RocksDB commits a full (incremental-file) snapshot every batch, so a run loads the newest version only. The
+    # default HDFS-backed store snapshots in background maintenance that a short availableNow run rarely reaches,
+    # and then replays every delta since: its load time grew with history (B1, B7). A checkpoint keeps the provider
+    # it was created with (offset metadata), so existing checkpoints keep working.
+    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    # PySpark 4 sends each DataFrame call's Python call site to the JVM (several Py4J round trips per call, ~3000
+    # to plan one json parse, about 0.2 s per plan, and more in GX's). The sites would name millpond's own
+    # lines, never a user's; a failed run's error names the failing table instead.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # With MILLPOND_JSON_FUNCTIONS=off, bronze finds a json line's new fields through from_json(.., 'map<string,
+    # variant>'): a new field holding an object that repeats a key would fail that parse and be lost, where the line
+    # itself parses (a struct keeps a repeated key's last value, as JSON readers do). Variants then keep the last.
+    "spark.sql.variant.allowDuplicateKeys": "true",
+}
+
+
+def base_conf() -> dict[str, str]:
+    """BASE_CONF, plus the executors' JVM options: the driver's are chosen per run (millpond.engine.driver_jit)."""
+    executor = executor_java_options()
+    return {**BASE_CONF, **({"spark.executor.extraJavaOptions": executor} if executor else {})}
+
+
+# A file-stream batch reaches Spark as its files' explicit paths (FileStreamSource.getBatch), and Spark "lists" more
+# than 32 paths with a Spark job of one task per path: about 1 s of B3's cold 200-file batch (README "Benchmarks"), where
+# the plain batch job reading the folder lists it on the driver. Under a local master those tasks run on the
+# driver's own cores anyway, so it lists there: a stat per file. A cluster keeps Spark's default (an object store's
+# listing is remote).
+LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold", 100_000
+
+
+def build_spark_session(
+    app_name: str,
+    shuffle_partitions: int = 2,
+    master: str | None = None,
+    driver_java_options: str = "",
+    launch_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """Build (or join, under spark-submit) the application's session.
+
+    Shuffle partitions are frozen into a stateful query's checkpoint on its first run, so they are set here,
+    before any query starts. Driver JVM options (millpond.engine.driver_jit) and `launch_conf` apply only when this call
+    starts the JVM.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
+        # Python workers unpickle a transform by its module path in the project (spark-submit ships it as py-files).
+        project = str(settings.project_root())
+        if project not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), project]))
+        builder = builder.master(master or settings.SPARK_MASTER.value())
+        builder = builder.config("spark.jars", ",".join(jars.spark_jars()))
+        builder = builder.config("spark.ui.enabled", settings.SPARK_UI.value())
+        builder = builder.config("spark.driver.memory", settings.DRIVER_MEMORY.value())
+        if driver_java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", driver_java_options)
+        for key, value in (launch_conf or {}).items():
+            builder = builder.config(key, value)
+    for key, value in base_conf().items():
+        builder = builder.config(key, value)
+    builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.SPARK_LOG_LEVEL.raw() or "ERROR")
+    if spark.sparkContext.master.startswith("local"):
+        spark.conf.set(LISTING_THRESHOLD, str(LOCAL_LISTING_THRESHOLD))
+    return spark
+
+
+def driver_jit_in_effect(spark: SparkSession) -> str:
+    """ "quick" if the driver JVM runs C1 only (millpond.engine.driver_jit), else "full": read from the JVM itself."""
+    from millpond.engine.driver_jit import QUICK_OPTIONS
+
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    return "quick" if QUICK_OPTIONS in list(runtime.getInputArguments()) else "full"
+
+
+def compiles_huge_methods(spark: SparkSession) -> bool:
+    """Whether the driver JVM JIT-compiles methods over 8,000 bytecode bytes (millpond.engine.driver_jit): read from it."""
+    jvm = spark.sparkContext._jvm
+    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    return diagnostic.getVMOption("DontCompileHugeMethods").getValue() == "false"

@@ -1,0 +1,102 @@
+"""What one run did, table by table: the records the runner prints, the event log stores and Airflow shows.
+
+Light on purpose (no pyspark): a run that finds nothing new builds these without starting a JVM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+CLI_RUN_ID_FORMAT = "manual__%Y-%m-%dT%H:%M:%S.%fZ"  # a `millpond run` without --run-id; Airflow's ids end "+00:00"
+
+
+def cli_run_id() -> str:
+    return datetime.now(UTC).strftime(CLI_RUN_ID_FORMAT)
+
+
+def is_cli_run_id(run_id: str) -> bool:
+    """Whether the run was started by `millpond run` itself (no Airflow run to link to)."""
+    try:
+        datetime.strptime(run_id, CLI_RUN_ID_FORMAT)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class RunContext:
+    """Who asked for this run and for which data interval: ties every event-log row to its Airflow run."""
+
+    run_id: str
+    trigger: str = "manual"
+    data_interval_start: datetime | None = None
+    data_interval_end: datetime | None = None
+    quarantine_failures: tuple[str, ...] = ()  # gated tables whose `fail` rows are quarantined in this run only
+
+
+@dataclass
+class TableResult:
+    table: str
+    layer: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    micro_batches: int = 0
+    rows_in: int = 0
+    rows_written: int = 0
+    rows_quarantined: int = 0
+    rows_dropped_by_watermark: int = 0
+    state_rows: int = 0
+    version_before: int = -1
+    version_after: int = -1
+    outcome: str = "running"
+    error: str | None = None
+    full_refresh: bool = False
+    gate: dict | None = None  # data-quality gate summary (gated tables only): suite, outcome, failures, report
+    # Spark's per-phase milliseconds summed over the run's micro-batches (latestOffset = listing or Delta log
+    # reads, addBatch = the write, walCommit/commitOffsets = checkpoint commits): where a slow run's time went.
+    durations_ms: dict[str, int] = field(default_factory=dict)
+    input_unchanged: bool = False  # source as it was when the last finished run started: no query was started
+    # Why there was nothing to read yet, e.g. "nothing has landed in landing/impressions yet": no query was started.
+    nothing_yet: str | None = None
+    watermark: datetime | None = None  # event-time watermark after the run's last batch (tables with a watermark)
+    processed_rows_per_second: float | None = None  # input rows over the batches' summed durations
+
+    def record_gate(self, report) -> None:
+        """Fold one validated batch into the table's gate summary (the run summary and the Airflow gate read it)."""
+        gate = self.gate or {
+            "suite": report.suite,
+            "outcome": "passed",
+            "batches": 0,
+            "rows_validated": 0,
+            "rows_set_aside": 0,
+            "failed_expectations": [],
+            "warnings": [],
+            "report_path": None,
+        }
+        gate["batches"] += 1
+        gate["rows_validated"] += report.element_count
+        gate["rows_set_aside"] += report.rows_dropped
+        gate["report_path"] = report.report_path
+        from millpond.runs import reports
+
+        gate["index_path"] = str(reports.index_path())
+        order = ("passed", "warned", "quarantined", "failed")
+        gate["outcome"] = max(gate["outcome"], report.outcome, key=order.index)
+        for o in report.outcomes:
+            if o.success:
+                continue
+            item = {
+                "expectation": o.rule.name,
+                "column": o.rule.column,
+                "severity": o.rule.severity,
+                "unexpected_count": o.unexpected_count,
+                "batch_id": report.batch_id,
+            }
+            blocking = o in report.blocking
+            gate["failed_expectations" if blocking else "warnings"].append(item)
+        self.gate = gate
+
+    @property
+    def seconds(self) -> float:
+        return ((self.ended_at or datetime.now(UTC)) - self.started_at).total_seconds()

@@ -1,0 +1,66 @@
+"""Per-run JSON summaries under `_system/runs/<pipeline>/`, readable without Spark.
+
+One file per orchestrator run id. Several Spark applications of one Airflow run (ingest, gold) merge their
+tables into it, so the summary task and `millpond status` see the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from millpond.lake import paths
+
+
+def summary_path(pipeline: str, run_id: str, root: Path | None = None) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    return paths.system_path("runs", root) / pipeline / f"{safe}.json"
+
+
+def load(pipeline: str, run_id: str, root: Path | None = None) -> dict[str, Any] | None:
+    path = summary_path(pipeline, run_id, root)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def latest(pipeline: str) -> dict[str, Any] | None:
+    runs = sorted((paths.system_path("runs") / pipeline).glob("*.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(runs[-1].read_text()) if runs else None
+
+
+NO_INTERVAL = "none"  # a run without a logical date (REST API default, the UI's trigger without a date) has none
+
+
+def interval_text(start: datetime | None, end: datetime | None) -> dict[str, str] | str:
+    """The run's data interval as the summary records it: both ends, or "none" when the run has no interval."""
+    if start is None or end is None:
+        return NO_INTERVAL
+    return {"start": start.isoformat(), "end": end.isoformat()}
+
+
+def describe_interval(summary: dict[str, Any] | None) -> str:
+    interval = (summary or {}).get("data_interval", NO_INTERVAL)
+    return f"{interval['start']} -> {interval['end']}" if isinstance(interval, dict) else str(interval)
+
+
+def merge(
+    pipeline: str,
+    run_id: str,
+    trigger: str,
+    tables: list[dict[str, Any]],
+    data_interval: dict[str, str] | str = NO_INTERVAL,
+) -> Path:
+    """Add or replace this application's tables in the run's summary (written atomically)."""
+    target = summary_path(pipeline, run_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    body = load(pipeline, run_id) or {"pipeline": pipeline, "run_id": run_id, "trigger": trigger, "tables": []}
+    body["data_interval"] = data_interval
+    fresh = {t["table"] for t in tables}
+    body["tables"] = [t for t in body["tables"] if t["table"] not in fresh] + tables
+    body["updated_at"] = datetime.now(UTC).isoformat()
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=2, default=str))
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,291 @@
+"""Every `MILLPOND_*` environment variable, with its default and meaning: the only module that reads them.
+
+Why one module: a setting read in many places drifts (two defaults, a typo that silently means "off"), and a user
+cannot find out what exists. Values are read when asked for, not at import, so a test or a long-lived process sees
+the environment as it is now. `docs/configuration.md` is generated from `ALL` (`python -m millpond.settings`), and
+a test fails when the two differ.
+
+Where a millpond project lives (its `pipelines/`, `expectations/`, `lake/`) is settled here too: the platform is an
+installed package and knows nothing of the checkout it may have come from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: `default` is what an unset or blank value means ("" = no value)."""
+
+    name: str
+    default: str
+    meaning: str
+    group: str
+
+    def raw(self) -> str | None:
+        """The variable as set (stripped), or None when unset or blank."""
+        value = os.environ.get(self.name, "").strip()
+        return value or None
+
+    def value(self) -> str:
+        return self.raw() or self.default
+
+    def choice(self) -> str:
+        """The value lower-cased, for on/off style switches (validated by the module that owns the switch)."""
+        return self.value().lower()
+
+    def seconds(self) -> float:
+        value = self.value()
+        try:
+            return float(value)
+        except ValueError:
+            raise SettingError(
+                f"{self.name}={value!r} is not a number of seconds. Fix: set it to e.g. "
+                f"{self.default} (the default) or unset it"
+            ) from None
+
+    def integer(self) -> int:
+        value = self.value()
+        try:
+            return int(value)
+        except ValueError:
+            raise SettingError(
+                f"{self.name}={value!r} is not a whole number. Fix: set it to e.g. {self.default} "
+                "(the default) or unset it"
+            ) from None
+
+
+class SettingError(ValueError):
+    """A setting holds a value millpond cannot use; the message names the variable and the fix."""
+
+
+PLACES, SPARK, SPEEDUPS, WARM, AIRFLOW, TESTING = (
+    "Where things are",
+    "Spark",
+    "Speed-ups (each can be switched off)",
+    "Warm driver",
+    "Airflow tasks",
+    "Testing",
+)
+
+PROJECT = Setting(
+    "MILLPOND_PROJECT",
+    "",
+    "The millpond project folder (holding `pipelines/`, `expectations/`, "
+    "`dags/`, `spark_jobs/`). Default: the nearest folder at or above the working directory that "
+    "holds `pipelines/`, else the working directory.",
+    PLACES,
+)
+LAKE = Setting(
+    "MILLPOND_LAKE",
+    "",
+    "The lake root: every table, checkpoint, quarantine, report and system table "
+    "lives under it. Default: `<project>/lake`.",
+    PLACES,
+)
+PIPELINES = Setting(
+    "MILLPOND_PIPELINES", "", "The folder of pipeline specs (`*.yaml`). Default: `<project>/pipelines`.", PLACES
+)
+EXPECTATIONS = Setting(
+    "MILLPOND_EXPECTATIONS",
+    "",
+    "The folder of expectation suites (`*.json`). Default: `<project>/expectations`.",
+    PLACES,
+)
+JARS = Setting(
+    "MILLPOND_JARS",
+    "",
+    "The folder of jars every Spark application ships: Delta's and Kafka's "
+    "(`make jars`) and millpond's functions (`make jvm`). Default: `<project>/.cache/jars`.",
+    PLACES,
+)
+REPORT_ASSETS = Setting(
+    "MILLPOND_REPORT_ASSETS",
+    "",
+    "The stylesheets and scripts Data Docs pages load "
+    "(`make report-assets`), so reports render offline. Default: "
+    "`<project>/.cache/report-assets`.",
+    PLACES,
+)
+SPARK_MASTER = Setting(
+    "MILLPOND_SPARK_MASTER",
+    "local[2]",
+    "The Spark master of a run that starts its own JVM "
+    "(`millpond run`; Airflow tasks use the `spark_millpond` connection).",
+    SPARK,
+)
+SPARK_UI = Setting("MILLPOND_SPARK_UI", "false", "`true` starts Spark's web UI for each run.", SPARK)
+DRIVER_MEMORY = Setting("MILLPOND_DRIVER_MEMORY", "2g", "The driver's heap (`spark.driver.memory`).", SPARK)
+SPARK_LOG_LEVEL = Setting(
+    "MILLPOND_SPARK_LOG_LEVEL",
+    "",
+    "Spark's log level. Default: ERROR in a run that starts its own JVM, WARN in an Airflow task's spark-submit.",
+    SPARK,
+)
+DRIVER_JIT = Setting(
+    "MILLPOND_DRIVER_JIT",
+    "auto",
+    "The driver JVM's JIT: `auto` (C1 only for a small increment, "
+    "the full tiered JIT otherwise), `quick`, `full`, or `off` (HotSpot's defaults, for every JVM "
+    "millpond starts).",
+    SPEEDUPS,
+)
+JSON_FUNCTIONS = Setting(
+    "MILLPOND_JSON_FUNCTIONS",
+    "on",
+    "`off` parses json landing files with Spark's own from_json only, not millpond's Java functions.",
+    SPEEDUPS,
+)
+DELTA_RS_COMMITS = Setting(
+    "MILLPOND_DELTA_RS_COMMITS", "on", "`off` makes every data commit through Spark, none through delta-rs.", SPEEDUPS
+)
+WARM_DRIVER = Setting(
+    "MILLPOND_WARM_DRIVER",
+    "off",
+    "`on` hands each run that needs Spark to the lake's warm driver instead of starting a JVM.",
+    WARM,
+)
+WARM_DRIVER_IDLE_SECONDS = Setting(
+    "MILLPOND_WARM_DRIVER_IDLE_SECONDS", "3600", "A warm driver with no run for this long exits.", WARM
+)
+WARM_DRIVER_MAX_RUNS = Setting(
+    "MILLPOND_WARM_DRIVER_MAX_RUNS",
+    "200",
+    "A warm driver exits after this many runs (the next run starts a fresh one).",
+    WARM,
+)
+WARM_DRIVER_SERVING = Setting(
+    "MILLPOND_WARM_DRIVER_SERVING",
+    "",
+    "Set by millpond inside a warm driver, so its runs never hand over again. Not for users.",
+    WARM,
+)
+LOCK_WAIT_SECONDS = Setting(
+    "MILLPOND_LOCK_WAIT_SECONDS",
+    "600",
+    "How long an Airflow task waits for the pipeline lock before failing as busy.",
+    AIRFLOW,
+)
+RETRY_DELAY_SECONDS = Setting(
+    "MILLPOND_RETRY_DELAY_SECONDS", "300", "The delay before an Airflow task's retry.", AIRFLOW
+)
+SPARK_TASK_TIMEOUT_SECONDS = Setting(
+    "MILLPOND_SPARK_TASK_TIMEOUT_SECONDS",
+    "7200",
+    "An Airflow Spark task running longer is stopped (its Spark application with it).",
+    AIRFLOW,
+)
+KAFKA_BOOTSTRAP = Setting(
+    "MILLPOND_KAFKA_BOOTSTRAP",
+    "",
+    "The Kafka bootstrap servers the example `device_status` "
+    "spec reads as `${MILLPOND_KAFKA_BOOTSTRAP}`; `make kafka-up` prints a local one. Unset, "
+    "that pipeline's DAG is paused with the reason.",
+    AIRFLOW,
+)
+FAULT = Setting(
+    "MILLPOND_FAULT",
+    "",
+    "`<table id>:<point>[:<batch id>]` makes the run SIGKILL itself there: the "
+    "fault-injection tests' hook. Never set it in production.",
+    TESTING,
+)
+
+ALL = (
+    PROJECT,
+    LAKE,
+    PIPELINES,
+    EXPECTATIONS,
+    JARS,
+    REPORT_ASSETS,
+    SPARK_MASTER,
+    SPARK_UI,
+    DRIVER_MEMORY,
+    SPARK_LOG_LEVEL,
+    DRIVER_JIT,
+    JSON_FUNCTIONS,
+    DELTA_RS_COMMITS,
+    WARM_DRIVER,
+    WARM_DRIVER_IDLE_SECONDS,
+    WARM_DRIVER_MAX_RUNS,
+    WARM_DRIVER_SERVING,
+    LOCK_WAIT_SECONDS,
+    RETRY_DELAY_SECONDS,
+    SPARK_TASK_TIMEOUT_SECONDS,
+    KAFKA_BOOTSTRAP,
+    FAULT,
+)
+
+
+def in_environment() -> dict[str, str]:
+    """Every millpond setting this process has set, as a child process needs it."""
+    return {s.name: os.environ[s.name] for s in ALL if s.name in os.environ}
+
+
+def project_root() -> Path:
+    if (explicit := PROJECT.raw()) is not None:
+        return Path(explicit).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pipelines").is_dir():
+            return folder
+    return here
+
+
+def _place(setting: Setting, *default: str) -> Path:
+    raw = setting.raw()
+    return Path(raw).resolve() if raw is not None else project_root().joinpath(*default)
+
+
+def lake_root() -> Path:
+    return _place(LAKE, "lake")
+
+
+def pipelines_dir() -> Path:
+    return _place(PIPELINES, "pipelines")
+
+
+def expectations_dir() -> Path:
+    return _place(EXPECTATIONS, "expectations")
+
+
+def jars_dir() -> Path:
+    return _place(JARS, ".cache", "jars")
+
+
+def report_assets_dir() -> Path:
+    return _place(REPORT_ASSETS, ".cache", "report-assets")
+
+
+def cache_dir() -> Path:
+    """Downloaded and built things a project needs locally (never committed): jars, report assets, a Kafka broker."""
+    return project_root() / ".cache"
+
+
+def configuration_markdown() -> str:
+    """docs/configuration.md: every setting, grouped, as `python -m millpond.settings` prints it."""
+    lines = [
+        "# Configuration",
+        "",
+        "<!-- Generated by `python -m millpond.settings > docs/configuration.md`: edit "
+        "millpond/settings.py, not this file. -->",
+        "",
+        "millpond reads these environment variables, and no others. Anything a pipeline means lives in its spec; "
+        "these say where things are and how a run is executed.",
+        "",
+    ]
+    for group in dict.fromkeys(s.group for s in ALL):
+        lines += [f"## {group}", "", "| Variable | Default | Meaning |", "|---|---|---|"]
+        for s in (s for s in ALL if s.group == group):
+            default = f"`{s.default}`" if s.default else "(see meaning)"
+            lines.append(f"| `{s.name}` | {default} | {s.meaning} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(configuration_markdown())
