@@ -91,8 +91,15 @@ def _stateful_shape(table: Table) -> dict | None:
     if not table.stateful:
         return None
     stateful = table.stateful
-    return _plain({"function": stateful.function, "key": stateful.key, "state_schema": stateful.state_schema,
-                   "timeout": stateful.timeout, "options": dict(stateful.options)})
+    return _plain(
+        {
+            "function": stateful.function,
+            "key": stateful.key,
+            "state_schema": stateful.state_schema,
+            "timeout": stateful.timeout,
+            "options": dict(stateful.options),
+        }
+    )
 
 
 def shape_changes(checkpoint: Path, table: Table) -> list[str]:
@@ -208,8 +215,15 @@ def _write_atomically(path: Path, body: dict) -> None:
 
 def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | None:
     """The recovery hint for a Spark error that comes from the checkpoint (state or logs), else None."""
-    markers = ("STATE_STORE", "StateSchemaNotCompatible", "CANNOT_LOAD_STATE", "STREAMING_STATEFUL_OPERATOR",
-               "INCOMPATIBLE_DATA_FOR_STATE", "STREAM_FAILED_TO_READ_OFFSET", "CHECKPOINT_")
+    markers = (
+        "STATE_STORE",
+        "StateSchemaNotCompatible",
+        "CANNOT_LOAD_STATE",
+        "STREAMING_STATEFUL_OPERATOR",
+        "INCOMPATIBLE_DATA_FOR_STATE",
+        "STREAM_FAILED_TO_READ_OFFSET",
+        "CHECKPOINT_",
+    )
     if any(marker in message for marker in markers):
         return f"the checkpoint {paths.checkpoint_path(pipeline.name, table.id)} does not fit this query. " + (
             full_refresh_fix(pipeline, table)
@@ -224,8 +238,9 @@ def log_files(folder: Path) -> list[Path]:
     """Batch files of a Spark metadata log (`0`, `1`, ..., `9.compact`), newest last."""
     if not folder.is_dir():
         return []
-    entries = [p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0].isdigit() and not
-               p.name.startswith(".")]
+    entries = [
+        p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0].isdigit() and not p.name.startswith(".")
+    ]
     return sorted(entries, key=lambda p: int(p.name.split(".")[0]))
 
 

@@ -33,8 +33,10 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0):
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
     except OSError as exc:
-        raise LakeNotWritable(f"cannot create the pipeline lock {path}: {exc}. Fix: make the lake writable "
-                              "(and give it free space) for the user running millpond") from None
+        raise LakeNotWritable(
+            f"cannot create the pipeline lock {path}: {exc}. Fix: make the lake writable "
+            "(and give it free space) for the user running millpond"
+        ) from None
     deadline = time.monotonic() + wait_seconds
     try:
         while True:
@@ -50,8 +52,16 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0):
                 time.sleep(0.5)
         handle.seek(0)
         handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
-                                 "since": datetime.now(UTC).isoformat()}))
+        handle.write(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "run_id": run_id,
+                    "since": datetime.now(UTC).isoformat(),
+                }
+            )
+        )
         handle.flush()
         yield
     finally:

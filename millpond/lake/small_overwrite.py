@@ -40,8 +40,11 @@ def table_to_overwrite(path: Path, spark_schema: dict[str, Any]):
 def _shape(schema: dict[str, Any]) -> Any:
     """Names and types, nested, without nullability or field metadata (Spark writes every Delta column nullable)."""
     if isinstance(schema, dict):
-        return {k: _shape(v) for k, v in schema.items() if k not in ("nullable", "metadata", "containsNull",
-                                                                     "valueContainsNull")}
+        return {
+            k: _shape(v)
+            for k, v in schema.items()
+            if k not in ("nullable", "metadata", "containsNull", "valueContainsNull")
+        }
     if isinstance(schema, list):
         return [_shape(v) for v in schema]
     return schema
@@ -53,7 +56,11 @@ def overwrite(table, data, app_id: str, batch_id: int) -> None:
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
 
     rows = pa.table(data).cast(pa.schema(table.schema().to_arrow()))  # e.g. Spark's large_string -> string
-    write_deltalake(table, rows, mode="overwrite", commit_properties=CommitProperties(
-        app_transactions=[Transaction(app_id, batch_id)]),
-        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))  # delta-rs's interval is 100
+    write_deltalake(
+        table,
+        rows,
+        mode="overwrite",
+        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+    )  # delta-rs's interval is 100
     checkpoint_as_spark_does(table)

@@ -16,12 +16,19 @@ CHECKPOINT_INTERVAL = 10  # Spark's default: a reader replays at most this many 
 # interval (millpond checkpoints at it itself), retention periods (they steer cleanup and VACUUM, not commits), and
 # append-only (honoured: delta-rs only appends, and small_overwrite refuses such a table). A table with any other
 # `delta.*` property (a symlink manifest to regenerate, auto-optimize, change data feed, ...) is written by Spark.
-EXACT_PROPERTIES = frozenset({"delta.checkpointInterval", "delta.logRetentionDuration",
-                              "delta.deletedFileRetentionDuration", "delta.appendOnly"})
+EXACT_PROPERTIES = frozenset(
+    {"delta.checkpointInterval", "delta.logRetentionDuration", "delta.deletedFileRetentionDuration", "delta.appendOnly"}
+)
 
 
-def append(path: Path, columns: Sequence[tuple[str, str]], rows: list[dict[str, Any]], app_id: str | None = None,
-           batch_id: int | None = None, table=None) -> int:
+def append(
+    path: Path,
+    columns: Sequence[tuple[str, str]],
+    rows: list[dict[str, Any]],
+    app_id: str | None = None,
+    batch_id: int | None = None,
+    table=None,
+) -> int:
     """One commit of `rows` (dicts keyed by column); columns are (name, Spark SQL type). Returns the new version.
 
     With `app_id` and `batch_id` the commit carries Delta's `txn` action for them, as Spark's streaming writes do.
@@ -32,10 +39,13 @@ def append(path: Path, columns: Sequence[tuple[str, str]], rows: list[dict[str, 
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else None
-    write_deltalake(table if table is not None else str(path), pa.Table.from_pylist(rows, schema=arrow_schema(columns)),
-                    mode="append", schema_mode="merge",  # merge: a column added in a later millpond version
-                    commit_properties=CommitProperties(app_transactions=transactions,
-                                                       custom_metadata={"isBlindAppend": True}))
+    write_deltalake(
+        table if table is not None else str(path),
+        pa.Table.from_pylist(rows, schema=arrow_schema(columns)),
+        mode="append",
+        schema_mode="merge",  # merge: a column added in a later millpond version
+        commit_properties=CommitProperties(app_transactions=transactions, custom_metadata={"isBlindAppend": True}),
+    )
     table = DeltaTable(str(path))
     checkpoint_as_spark_does(table)
     return table.version()
@@ -69,13 +79,23 @@ def driver_writable(table) -> bool:
     would."""
     protocol = table.protocol()
     metadata = table.metadata()
-    return (protocol.min_reader_version <= 1 and protocol.min_writer_version <= 2 and not metadata.partition_columns
-            and all(key in EXACT_PROPERTIES for key in metadata.configuration if key.startswith("delta.")))
+    return (
+        protocol.min_reader_version <= 1
+        and protocol.min_writer_version <= 2
+        and not metadata.partition_columns
+        and all(key in EXACT_PROPERTIES for key in metadata.configuration if key.startswith("delta."))
+    )
 
 
 def arrow_schema(columns: Sequence[tuple[str, str]]):
     import pyarrow as pa
 
-    types = {"string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"), "int": pa.int32(),
-             "bigint": pa.int64(), "boolean": pa.bool_(), "double": pa.float64()}
+    types = {
+        "string": pa.string(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "int": pa.int32(),
+        "bigint": pa.int64(),
+        "boolean": pa.bool_(),
+        "double": pa.float64(),
+    }
     return pa.schema([(name, types[kind]) for name, kind in columns])
