@@ -18,10 +18,11 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, cast
 
 from millpond.lake import file_sink_log, paths
 from millpond.lake.delta_log import latest_version
-from millpond.spec import GLOB_CHARACTERS, GLOB_SHOWN, Pipeline, Table
+from millpond.spec import GLOB_CHARACTERS, GLOB_SHOWN, FileSource, Pipeline, Table
 
 SHAPE_FILE = "millpond.json"
 INPUT_FILE = "millpond-input.json"  # what the source looked like when the table last finished a run
@@ -136,7 +137,7 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
     if table.reads_kafka:
         return "kafka"  # no listing to take without a Kafka client: `nothing_new` never skips such a table
     if table.reads_landing:
-        root = paths.landing_path(pipeline.sources[table.source].path)
+        root = paths.landing_path(cast(FileSource, pipeline.sources[table.source]).path)
         state: list = sorted(landed_files(root))
         refuse_pattern_names(table, root, [name for name, _, _ in state])
     else:
@@ -294,7 +295,7 @@ def _stateful_what(table: Table) -> str:
     return "aggregates" if table.aggregate else "per-key state" if table.stateful else "keys"
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """Tuples to lists, so a shape read back from JSON compares equal to a fresh one."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -303,7 +304,7 @@ def _plain(value):
     return value
 
 
-def _show(value) -> str:
+def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if value is not None else "none"
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +28,7 @@ class LakeNotWritable(RuntimeError):
 
 
 @contextmanager
-def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0):
+def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iterator[None]:
     path = paths.lock_path(pipeline)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

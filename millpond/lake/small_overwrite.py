@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millpond.lake.system_tables import checkpoint_as_spark_does, driver_writable, open_table
+
+if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is written, not at import
+    import pyarrow as pa
+    from deltalake import DeltaTable
 
 SMALL_ROWS = 100_000  # the most rows of a batch collected to the driver as Arrow: a few MB for an aggregate
 
 
-def table_to_overwrite(path: Path, spark_schema: dict[str, Any]):
+def table_to_overwrite(path: Path, spark_schema: dict[str, Any]) -> DeltaTable | None:
     """The table's delta-rs handle if this batch (Spark schema as `StructType.jsonValue()`) can take this path."""
     table = open_table(path)
     if table is None or not driver_writable(table):
@@ -50,7 +54,7 @@ def _shape(schema: dict[str, Any]) -> Any:
     return schema
 
 
-def overwrite(table, data, app_id: str, batch_id: int) -> None:
+def overwrite(table: DeltaTable, data: pa.Table, app_id: str, batch_id: int) -> None:
     """Replace the table's rows with `data` (Arrow) in one commit that names the app and batch."""
     import pyarrow as pa
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is written, not at import
+    import pyarrow as pa
+    from deltalake import DeltaTable
 
 CHECKPOINT_INTERVAL = 10  # Spark's default: a reader replays at most this many JSON commits after a checkpoint
 # The table properties under which a delta-rs commit is exactly what delta-spark would commit: the checkpoint
@@ -27,7 +31,7 @@ def append(
     rows: list[dict[str, Any]],
     app_id: str | None = None,
     batch_id: int | None = None,
-    table=None,
+    table: DeltaTable | None = None,
 ) -> int:
     """One commit of `rows` (dicts keyed by column); columns are (name, Spark SQL type). Returns the new version.
 
@@ -51,7 +55,7 @@ def append(
     return table.version()
 
 
-def checkpoint_as_spark_does(table) -> None:
+def checkpoint_as_spark_does(table: DeltaTable) -> None:
     """A checkpoint every `delta.checkpointInterval` commits, then the cleanup of log files older than
     `delta.logRetentionDuration`, as delta-spark does after a commit (delta-rs's own post-commit interval is 100)."""
     interval = int(table.metadata().configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
@@ -60,7 +64,7 @@ def checkpoint_as_spark_does(table) -> None:
         table.cleanup_metadata()
 
 
-def open_table(path: Path):
+def open_table(path: Path) -> DeltaTable | None:
     """The table's delta-rs handle, or None if there is no table at `path`."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
@@ -73,7 +77,7 @@ def open_table(path: Path):
         return None
 
 
-def driver_writable(table) -> bool:
+def driver_writable(table: DeltaTable) -> bool:
     """No table features beyond reader version 1 and writer version 2, no partitions, and no `delta.*` property but
     EXACT_PROPERTIES (a user's own property, `owner` say, changes nothing Delta writes): delta-rs writes it as Spark
     would."""
@@ -87,7 +91,7 @@ def driver_writable(table) -> bool:
     )
 
 
-def arrow_schema(columns: Sequence[tuple[str, str]]):
+def arrow_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
     import pyarrow as pa
 
     types = {
