@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 from datetime import timedelta
+from pathlib import Path
+from typing import cast
 
 from millpond import settings
 from millpond.lake import paths
-from millpond.spec import SpecError, load_pipeline, validate_all
+from millpond.spec import FileSource, KafkaSource, Pipeline, SpecError, load_pipeline, validate_all
 
 HOUR = timedelta(hours=1)
 
@@ -21,7 +23,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except SpecError as exc:
             print(exc, file=sys.stderr)
             return 2
-        problems = []
+        problems: list[str] = []
     else:
         pipelines, problems = validate_all()
     for problem in problems:
@@ -66,9 +68,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.pipeline == "device_status":
         return send_device_events(pipeline, hours=args.files, rows=args.rows, malformed=args.malformed, seed=args.seed)
     if args.pipeline == "clicks":
-        folders = [paths.landing_path(pipeline.sources[f"landing.{s}"].path) for s in ("impressions", "clicks")]
-        landed = clicks_files(*folders, files=args.files, rows=args.rows, seed=args.seed)
-        campaigns = paths.landing_path(pipeline.sources["landing.campaigns"].path)
+        folders = [landing_folder(pipeline, f"landing.{s}") for s in ("impressions", "clicks")]
+        landed = clicks_files(folders[0], folders[1], files=args.files, rows=args.rows, seed=args.seed)
+        campaigns = landing_folder(pipeline, "landing.campaigns")
         if not campaigns.exists():  # the dimension is the user's to edit: written once, never overwritten
             campaigns_file(campaigns)
         print(
@@ -76,19 +78,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"; the campaigns dimension is {campaigns}"
         )
         return 0
-    folder = paths.landing_path(pipeline.sources["landing.activity"].path)
+    folder = landing_folder(pipeline, "landing.activity")
     landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
     print(f"landed {len(landed)} files x {args.rows} lines in {folder}")
     return 0
 
 
-def send_device_events(pipeline, hours: int, rows: int, malformed: float, seed: int | None) -> int:
+def landing_folder(pipeline: Pipeline, source_id: str) -> Path:
+    """A file source's landing folder: the sample generators land only where the shipped specs read files."""
+    return paths.landing_path(cast(FileSource, pipeline.sources[source_id]).path)
+
+
+def send_device_events(pipeline: Pipeline, hours: int, rows: int, malformed: float, seed: int | None) -> int:
     """Send device_status's events to its topic, continuing from the newest event time already there."""
     from millpond.dev.kafka_broker import BrokerFailed, latest_event_time, produce
     from millpond.dev.sample_data import ACTIVITY_EPOCH, DEVICES, device_events
     from millpond.spec import environment_problems, resolve_setting
 
-    source = pipeline.sources["kafka.device_events"]
+    source = cast(KafkaSource, pipeline.sources["kafka.device_events"])
     readers = [t.id for t in pipeline.tables.values() if t.source == source.id]
     problems = environment_problems(pipeline, readers)  # unset, malformed or no broker there: before any JVM
     if problems:
@@ -120,6 +127,7 @@ def cmd_driver(args: argparse.Namespace) -> int:
     from millpond.engine import warm_driver
 
     lake = settings.lake_root()
+    info: dict | None
     try:
         if args.action == "start":
             info = warm_driver.start(lake)

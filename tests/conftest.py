@@ -1,19 +1,77 @@
-"""Shared fixtures: one session-scoped local Spark (Delta, UI off, 2 shuffle partitions), a lake per test, and one
-session-scoped Kafka broker for the tests that ask for it."""
+"""What every test shares: the marker rule, Airflow's environment, one session-scoped local Spark (Delta, UI off,
+2 shuffle partitions), a lake per test, and one session-scoped Kafka broker for the tests that ask for it.
+
+The marker rule: `make check` runs `pytest -m unit` and trusts that nothing it selects starts a JVM or Airflow, and
+`make test` runs both kinds. A test with no kind, both kinds, or a kind its folder contradicts would silently land in
+the wrong lane, so collection fails instead, naming the test.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
+pytest_plugins = ["pytester"]  # tests/unit/test_conftest_markers.py runs pytest on a throwaway tree
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["TZ"] = "UTC"
 # py4j logs "Closing down clientserver connection" at exit, after pytest closed its capture streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
+
+# Airflow reads its configuration once, at import: its own home per session (SQLite), no examples, our dags/ folder,
+# local Spark. Set here, before any test module imports airflow, for the unit tests that build DAGs in-process and the
+# integration tests that start `airflow` processes alike.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="millpond-airflow-"))
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ.setdefault("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "local[2]"}')
+
+KINDS = ("unit", "integration")
+TESTS = Path(__file__).resolve().parent
+
+
+def marker_problem(item: pytest.Item) -> str | None:
+    """Why `item` breaks the marker rule, or None: exactly one kind, the one its folder (tests/<kind>/) names."""
+    kinds = sorted({mark.name for mark in item.iter_markers() if mark.name in KINDS})
+    path = Path(str(item.path)).resolve()
+    parts = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
+    folder = parts[0] if len(parts) > 1 else ""
+    if folder not in KINDS:
+        return "lives outside tests/unit/ and tests/integration/: move it to the folder of its kind"
+    if not kinds:
+        return f"has no marker: add `pytestmark = pytest.mark.{folder}` to its module"
+    if len(kinds) > 1:
+        return f"is marked both unit and integration: keep only `{folder}`, or move it to the other folder"
+    if kinds[0] != folder:
+        return f"is marked {kinds[0]} but lives in tests/{folder}/: mark it `{folder}`, or move it to tests/{kinds[0]}/"
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """A file whose tests break the rule is a collection error naming each one: the session stops before any test
+    runs, whatever `-m` selects afterwards and whichever pytest-xdist worker collects it."""
+    report = yield
+    if report.passed:
+        problems = [
+            f"{node.nodeid} {problem}"
+            for node in report.result
+            if isinstance(node, pytest.Item) and (problem := marker_problem(node))
+        ]
+        if problems:
+            report.outcome = "failed"
+            report.longrepr = "tests that break the marker rule (tests/conftest.py):\n  " + "\n  ".join(problems)
+            report.result = []
+    return report
 
 
 @pytest.fixture(scope="session")

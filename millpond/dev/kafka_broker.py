@@ -28,8 +28,12 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from millpond import settings
+
+if TYPE_CHECKING:  # annotations only: a DAG file imports nothing of Spark
+    from pyspark.sql import Row, SparkSession
 
 JARS = settings.cache_dir() / "kafka-broker"
 LOCAL_HOME = settings.cache_dir() / "kafka"  # the local broker's data, log and process-group file
@@ -193,7 +197,9 @@ class KafkaBroker:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def produce(spark, bootstrap: str, topic: str, messages: list[tuple[int | None, bytes | None, bytes | None]]) -> None:
+def produce(
+    spark: SparkSession, bootstrap: str, topic: str, messages: list[tuple[int | None, bytes | None, bytes | None]]
+) -> None:
     """Send (partition, key, value) messages with Spark's batch Kafka writer, in list order within a partition.
 
     A partition of None leaves it to Kafka's partitioner (the key's hash). A topic the broker does not have fails
@@ -210,9 +216,9 @@ def produce(spark, bootstrap: str, topic: str, messages: list[tuple[int | None, 
     frame.coalesce(1).write.format("kafka").option("kafka.bootstrap.servers", bootstrap).save()
 
 
-def topics(spark, bootstrap: str) -> set[str]:
+def topics(spark: SparkSession, bootstrap: str) -> set[str]:
     """The broker's topic names, through the Kafka AdminClient on Spark's classpath (no extra JVM)."""
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm  # py4j's view of the driver JVM (set while the session runs)
     props = jvm.java.util.Properties()
     props.put("bootstrap.servers", bootstrap)
     props.put("request.timeout.ms", "10000")
@@ -229,7 +235,7 @@ def topics(spark, bootstrap: str) -> set[str]:
         admin.close()
 
 
-def latest_event_time(spark, bootstrap: str, topic: str):
+def latest_event_time(spark: SparkSession, bootstrap: str, topic: str) -> datetime | None:
     """The greatest `event_time` among the topic's JSON values (None for an empty topic)."""
     if topic not in topics(spark, bootstrap):
         return None
@@ -241,15 +247,14 @@ def latest_event_time(spark, bootstrap: str, topic: str):
         .option("endingOffsets", "latest")
         .load()
     )
-    seconds = (
-        frame.selectExpr("max(unix_seconds(to_timestamp(get_json_object(CAST(value AS STRING), '$.event_time')))) AS s")
-        .first()
-        .s
-    )
+    latest = frame.selectExpr(
+        "max(unix_seconds(to_timestamp(get_json_object(CAST(value AS STRING), '$.event_time')))) AS s"
+    ).first()
+    seconds = cast("Row", latest).s  # an aggregate without GROUP BY: always one row
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-def consume(spark, bootstrap: str, topic: str) -> list:
+def consume(spark: SparkSession, bootstrap: str, topic: str) -> list[Row]:
     """Every message of the topic, from the earliest to the latest offset, as Rows (key, value, partition, offset)."""
     frame = (
         spark.read.format("kafka")
@@ -271,7 +276,7 @@ def spec_topics() -> list[str]:
     """Every topic a spec in pipelines/ subscribes to or sends to (a broken spec is skipped: `millpond validate`)."""
     from millpond.spec import KafkaSource, SpecError, load_pipeline
 
-    topics = []
+    topics: list[str] = []
     for spec in sorted(settings.pipelines_dir().glob("*.yaml")):
         try:
             pipeline = load_pipeline(spec)
@@ -299,6 +304,7 @@ def up(home: Path = LOCAL_HOME, port: int = LOCAL_PORT) -> KafkaBroker:
         if broker.accepts():
             raise BrokerFailed(f"port {port} is taken by another process. Fix: make kafka-up KAFKA_PORT=<free port>")
         broker.start()
+        assert broker.process is not None  # start() returns with the broker's process, or raises
         pgid_file.write_text(str(broker.process.pid))
         print(f"the local Kafka broker runs on {broker.bootstrap} (data and log in {home})")
     for topic in spec_topics():

@@ -155,7 +155,8 @@ def device_events(
     """
     rng = random.Random(seed if seed is not None else int(start.timestamp()))
     battery = {device: rng.uniform(40, 100) for device in DEVICES}
-    statuses, weights = zip(*DEVICE_STATUSES, strict=True)
+    statuses = [status for status, _ in DEVICE_STATUSES]
+    weights = [weight for _, weight in DEVICE_STATUSES]
     taken: set[tuple[str, int]] = set()  # (device, minute since start): at most one report a minute
     messages: list[tuple[str | None, bytes]] = []
     for hour in range(hours):

@@ -18,10 +18,11 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, cast
 
 from millpond.lake import file_sink_log, paths
 from millpond.lake.delta_log import latest_version
-from millpond.spec import GLOB_CHARACTERS, GLOB_SHOWN, Pipeline, Table
+from millpond.spec import GLOB_CHARACTERS, GLOB_SHOWN, FileSource, Pipeline, Table
 
 SHAPE_FILE = "millpond.json"
 INPUT_FILE = "millpond-input.json"  # what the source looked like when the table last finished a run
@@ -91,8 +92,15 @@ def _stateful_shape(table: Table) -> dict | None:
     if not table.stateful:
         return None
     stateful = table.stateful
-    return _plain({"function": stateful.function, "key": stateful.key, "state_schema": stateful.state_schema,
-                   "timeout": stateful.timeout, "options": dict(stateful.options)})
+    return _plain(
+        {
+            "function": stateful.function,
+            "key": stateful.key,
+            "state_schema": stateful.state_schema,
+            "timeout": stateful.timeout,
+            "options": dict(stateful.options),
+        }
+    )
 
 
 def shape_changes(checkpoint: Path, table: Table) -> list[str]:
@@ -129,7 +137,7 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
     if table.reads_kafka:
         return "kafka"  # no listing to take without a Kafka client: `nothing_new` never skips such a table
     if table.reads_landing:
-        root = paths.landing_path(pipeline.sources[table.source].path)
+        root = paths.landing_path(cast(FileSource, pipeline.sources[table.source]).path)
         state: list = sorted(landed_files(root))
         refuse_pattern_names(table, root, [name for name, _, _ in state])
     else:
@@ -208,8 +216,15 @@ def _write_atomically(path: Path, body: dict) -> None:
 
 def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | None:
     """The recovery hint for a Spark error that comes from the checkpoint (state or logs), else None."""
-    markers = ("STATE_STORE", "StateSchemaNotCompatible", "CANNOT_LOAD_STATE", "STREAMING_STATEFUL_OPERATOR",
-               "INCOMPATIBLE_DATA_FOR_STATE", "STREAM_FAILED_TO_READ_OFFSET", "CHECKPOINT_")
+    markers = (
+        "STATE_STORE",
+        "StateSchemaNotCompatible",
+        "CANNOT_LOAD_STATE",
+        "STREAMING_STATEFUL_OPERATOR",
+        "INCOMPATIBLE_DATA_FOR_STATE",
+        "STREAM_FAILED_TO_READ_OFFSET",
+        "CHECKPOINT_",
+    )
     if any(marker in message for marker in markers):
         return f"the checkpoint {paths.checkpoint_path(pipeline.name, table.id)} does not fit this query. " + (
             full_refresh_fix(pipeline, table)
@@ -224,8 +239,9 @@ def log_files(folder: Path) -> list[Path]:
     """Batch files of a Spark metadata log (`0`, `1`, ..., `9.compact`), newest last."""
     if not folder.is_dir():
         return []
-    entries = [p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0].isdigit() and not
-               p.name.startswith(".")]
+    entries = [
+        p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0].isdigit() and not p.name.startswith(".")
+    ]
     return sorted(entries, key=lambda p: int(p.name.split(".")[0]))
 
 
@@ -279,7 +295,7 @@ def _stateful_what(table: Table) -> str:
     return "aggregates" if table.aggregate else "per-key state" if table.stateful else "keys"
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """Tuples to lists, so a shape read back from JSON compares equal to a fresh one."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -288,7 +304,7 @@ def _plain(value):
     return value
 
 
-def _show(value) -> str:
+def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if value is not None else "none"
 
 

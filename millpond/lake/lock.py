@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,14 +28,16 @@ class LakeNotWritable(RuntimeError):
 
 
 @contextmanager
-def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0):
+def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iterator[None]:
     path = paths.lock_path(pipeline)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
     except OSError as exc:
-        raise LakeNotWritable(f"cannot create the pipeline lock {path}: {exc}. Fix: make the lake writable "
-                              "(and give it free space) for the user running millpond") from None
+        raise LakeNotWritable(
+            f"cannot create the pipeline lock {path}: {exc}. Fix: make the lake writable "
+            "(and give it free space) for the user running millpond"
+        ) from None
     deadline = time.monotonic() + wait_seconds
     try:
         while True:
@@ -50,8 +53,16 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0):
                 time.sleep(0.5)
         handle.seek(0)
         handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
-                                 "since": datetime.now(UTC).isoformat()}))
+        handle.write(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "run_id": run_id,
+                    "since": datetime.now(UTC).isoformat(),
+                }
+            )
+        )
         handle.flush()
         yield
     finally:

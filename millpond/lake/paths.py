@@ -1,11 +1,11 @@
 """The one naming scheme for the lake: every path, checkpoint and query name is derived here.
 
-    table `silver.activity`     -> $MILLPOND_LAKE/silver/activity
-    its quarantine              -> $MILLPOND_LAKE/silver/activity_quarantine
-    its checkpoint              -> $MILLPOND_LAKE/_checkpoints/<pipeline>/silver.activity
-    its streaming query name    -> <pipeline>.silver.activity
-    event log                   -> $MILLPOND_LAKE/_system/event_log
-    pipeline lock               -> $MILLPOND_LAKE/_system/locks/<pipeline>.lock
+table `silver.activity`     -> $MILLPOND_LAKE/silver/activity
+its quarantine              -> $MILLPOND_LAKE/silver/activity_quarantine
+its checkpoint              -> $MILLPOND_LAKE/_checkpoints/<pipeline>/silver.activity
+its streaming query name    -> <pipeline>.silver.activity
+event log                   -> $MILLPOND_LAKE/_system/event_log
+pipeline lock               -> $MILLPOND_LAKE/_system/locks/<pipeline>.lock
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from millpond import settings
+
 
 def table_path(table_id: str, root: Path | None = None) -> Path:
     layer, name = table_id.split(".")

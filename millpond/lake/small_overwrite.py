@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millpond.lake.system_tables import checkpoint_as_spark_does, driver_writable, open_table
+
+if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is written, not at import
+    import pyarrow as pa
+    from deltalake import DeltaTable
 
 SMALL_ROWS = 100_000  # the most rows of a batch collected to the driver as Arrow: a few MB for an aggregate
 
 
-def table_to_overwrite(path: Path, spark_schema: dict[str, Any]):
+def table_to_overwrite(path: Path, spark_schema: dict[str, Any]) -> DeltaTable | None:
     """The table's delta-rs handle if this batch (Spark schema as `StructType.jsonValue()`) can take this path."""
     table = open_table(path)
     if table is None or not driver_writable(table):
@@ -40,20 +44,27 @@ def table_to_overwrite(path: Path, spark_schema: dict[str, Any]):
 def _shape(schema: dict[str, Any]) -> Any:
     """Names and types, nested, without nullability or field metadata (Spark writes every Delta column nullable)."""
     if isinstance(schema, dict):
-        return {k: _shape(v) for k, v in schema.items() if k not in ("nullable", "metadata", "containsNull",
-                                                                     "valueContainsNull")}
+        return {
+            k: _shape(v)
+            for k, v in schema.items()
+            if k not in ("nullable", "metadata", "containsNull", "valueContainsNull")
+        }
     if isinstance(schema, list):
         return [_shape(v) for v in schema]
     return schema
 
 
-def overwrite(table, data, app_id: str, batch_id: int) -> None:
+def overwrite(table: DeltaTable, data: pa.Table, app_id: str, batch_id: int) -> None:
     """Replace the table's rows with `data` (Arrow) in one commit that names the app and batch."""
     import pyarrow as pa
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
 
     rows = pa.table(data).cast(pa.schema(table.schema().to_arrow()))  # e.g. Spark's large_string -> string
-    write_deltalake(table, rows, mode="overwrite", commit_properties=CommitProperties(
-        app_transactions=[Transaction(app_id, batch_id)]),
-        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))  # delta-rs's interval is 100
+    write_deltalake(
+        table,
+        rows,
+        mode="overwrite",
+        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+    )  # delta-rs's interval is 100
     checkpoint_as_spark_does(table)

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the annotation only: at run time runs/ never imports engine/ (which imports pyspark)
+    from millpond.engine.quality import GateReport
 
 CLI_RUN_ID_FORMAT = "manual__%Y-%m-%dT%H:%M:%S.%fZ"  # a `millpond run` without --run-id; Airflow's ids end "+00:00"
 
@@ -62,7 +66,7 @@ class TableResult:
     watermark: datetime | None = None  # event-time watermark after the run's last batch (tables with a watermark)
     processed_rows_per_second: float | None = None  # input rows over the batches' summed durations
 
-    def record_gate(self, report) -> None:
+    def record_gate(self, report: GateReport) -> None:
         """Fold one validated batch into the table's gate summary (the run summary and the Airflow gate read it)."""
         gate = self.gate or {
             "suite": report.suite,

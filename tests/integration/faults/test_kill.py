@@ -1,0 +1,112 @@
+"""SIGKILL a real `millpond run` at the points that matter, rerun, and compare with the plain-Python reference.
+
+Points (MILLPOND_FAULT, the process kills itself with SIGKILL exactly there):
+  before_write    offsets logged for the batch, nothing written to Delta yet
+  between_writes  bronze rows committed, quarantine rows not yet
+  after_write     Delta committed, Spark's commit log not yet: the replay must be skipped (its commit names the batch)
+  gold            killed inside the complete-mode gold write
+plus a SIGKILL of the whole process group at a random moment (seeded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from millpond.dev.sample_data import activity_files
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
+from tests.support.lake_tables import assert_matches_reference, data_commits_without_txn
+from tests.support.reference import activity_reference
+from tests.support.stress import assert_nothing_left, start_run
+
+pytestmark = pytest.mark.integration
+
+
+def run_killed_at(lake: Path, fault: str) -> None:
+    proc = start_run(lake, fault)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL, f"expected a SIGKILL at {fault}, got {proc.returncode}:\n{out[-3000:]}"
+    assert_nothing_left(proc)
+
+
+def run_to_the_end(lake: Path) -> None:
+    proc = start_run(lake)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+
+
+def test_killed_runs_then_rerun_equal_the_reference(spark, lake):
+    landing = lake / "landing" / "activity"
+    rng = random.Random(20261122)
+
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=1)
+    run_killed_at(lake, "bronze.activity:before_write")
+    activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=2)
+    run_killed_at(lake, "bronze.activity:between_writes")  # the replayed first batch, half written
+    activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=3)
+    run_killed_at(lake, "bronze.activity:after_write")
+    run_killed_at(lake, "silver.activity:after_write")
+    run_killed_at(lake, "gold.device_counts:after_write")
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=4)
+    proc = start_run(lake)
+    time.sleep(rng.uniform(4, 12))  # somewhere in JVM start, bronze or silver
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert_nothing_left(proc)
+
+    run_to_the_end(lake)
+    assert_matches_reference(spark, activity_reference(landing))
+    run_to_the_end(lake)  # nothing new: a no-op run
+    assert_matches_reference(spark, activity_reference(landing))
+    assert data_commits_without_txn(lake) == []  # every data commit of every table carries Delta's `txn`
+
+
+def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spark, lake):
+    """Delta's own replay check (the `txn` action every write carries) holds past commits millpond did not make (an
+    OPTIMIZE, a property change).
+
+    Bronze and silver are killed after their Delta commit; before the rerun someone compacts bronze and tags
+    silver. A write that missed the replay would duplicate bronze rows or silver keys.
+    """
+    landing = lake / "landing" / "activity"
+    bronze, silver = paths.table_path("bronze.activity"), paths.table_path("silver.activity")
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=5)
+    run_to_the_end(lake)
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=6)
+    run_killed_at(lake, "bronze.activity:after_write")
+    spark.sql(f"OPTIMIZE delta.`{bronze}`")
+    bronze_version = latest_version(bronze)
+    run_killed_at(lake, "silver.activity:after_write")  # bronze's batch is replayed first in this run
+    assert latest_version(bronze) == bronze_version, "the replayed bronze batch was written again"
+    spark.sql(f"ALTER TABLE delta.`{silver}` SET TBLPROPERTIES ('team' = 'data')")
+
+    run_to_the_end(lake)
+    assert_matches_reference(spark, activity_reference(landing))
+
+
+def test_a_replayed_gold_overwrite_by_delta_rs_is_skipped(spark, lake):
+    """Once a gold table exists, its complete-mode result is committed by delta-rs (millpond.lake.small_overwrite) with the
+    batch's Delta `txn` action. A run killed right after that commit replays the batch; Delta's transaction state
+    has the batch, and the replay writes nothing."""
+    landing = lake / "landing" / "activity"
+    gold = paths.table_path("gold.device_counts")
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=7)
+    run_to_the_end(lake)
+    activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=8)
+    run_killed_at(lake, "gold.device_counts:after_write")
+    newest = spark.sql(f"DESCRIBE HISTORY delta.`{gold}`").orderBy("version", ascending=False).first()
+    assert newest.engineInfo.startswith("delta-rs"), newest
+    newest_commit = (gold / "_delta_log" / f"{newest.version:020d}.json").read_text().splitlines()
+    assert [json.loads(line)["txn"]["version"] for line in newest_commit if '"txn"' in line] == [1]
+    version = latest_version(gold)
+
+    run_to_the_end(lake)
+    assert latest_version(gold) == version, "the replayed gold batch was written again"
+    assert_matches_reference(spark, activity_reference(landing))

@@ -1,0 +1,248 @@
+"""Every spec becomes a DAG that imports fast, without heavy modules, with the task graph the factory promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from millpond import settings
+from millpond.spec import all_spec_paths, load_pipeline
+from tests.support import REPO
+
+pytestmark = pytest.mark.unit
+
+PARSE = """
+import json, sys, time
+started = time.monotonic()
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags),
+                  "seconds": time.monotonic() - started,
+                  "heavy": [m for m in sys.argv[2:] if m in sys.modules]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+@pytest.fixture(scope="module")
+def pipelines():
+    return [load_pipeline(p) for p in all_spec_paths()]
+
+
+def test_dag_files_import_without_errors_quickly_and_without_heavy_modules():
+    # Loaded only when a task runs: the Spark provider (it pulls in `requests`), the TaskFlow operators, delta-rs.
+    heavy = [
+        "pyspark",
+        "delta",
+        "deltalake",
+        "great_expectations",
+        "pandas",
+        "requests",
+        "airflow.providers.apache.spark.hooks.spark_submit",
+        "airflow.providers.standard.operators.python",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", PARSE, str(REPO / "dags"), *heavy],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["errors"] == {}
+    assert result["dags"] == sorted(p.stem for p in all_spec_paths())
+    assert result["heavy"] == [], "DAG parsing imported heavy modules"
+    assert result["seconds"] < 20, f"parsing took {result['seconds']:.1f}s (airflow import included)"
+
+
+def test_each_pipeline_task_graph_matches_its_spec(dagbag, pipelines):
+    for pipeline in pipelines:
+        dag = dagbag.dags[pipeline.name]
+        assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+            "ingest": ["quality_gate"],
+            "quality_gate": ["gold"],
+            "gold": ["run_summary"],
+            "run_summary": [],
+        }
+        assert dag.max_active_runs == 1 and dag.catchup == pipeline.catchup
+        assert dag.start_date.date() == pipeline.start_date and dag.start_date.tzinfo is not None
+        assert set(pipeline.tags) | {"millpond"} <= set(dag.tags)
+        assert dag.doc_md and pipeline.name in dag.doc_md
+        assert all(t.retries == pipeline.retries for t in dag.tasks)
+        assert dag.params["full_refresh"] == []
+        ingest, gold = dag.get_task("ingest"), dag.get_task("gold")
+        assert ingest.application_args[:3] == [pipeline.name, "--layers", "bronze,silver"]
+        assert "--defer-gate-failure" in ingest.application_args
+        assert gold.application_args[:3] == [pipeline.name, "--layers", "gold"]
+        assert ingest.application.endswith("millpond/engine/runner.py") and ingest._conn_id == "spark_millpond"
+
+        def outlets(task_id, dag=dag):
+            return sorted(a.name for a in dag.get_task(task_id).outlets)
+
+        assert outlets("ingest") == sorted(f"delta.{t}" for t in pipeline.layer_tables("bronze"))
+        assert outlets("quality_gate") == sorted(f"delta.{t}" for t in pipeline.layer_tables("silver"))
+        assert outlets("gold") == sorted(f"delta.{t}" for t in pipeline.layer_tables("gold"))
+
+
+def test_schedule_is_the_spec_cron_with_data_intervals(dagbag):
+    dag = dagbag.dags["activity"]  # @hourly in the spec
+    assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"
+    assert dag.timetable.expression == "0 * * * *" and str(dag.timetable.timezone) in ("UTC", "Timezone('UTC')")
+
+
+def render(dag, task_id, params, run_type="scheduled", interval=True):
+    from datetime import UTC, datetime
+
+    task = dag.get_task(task_id)
+    context = {
+        "run_id": "scheduled__2026-11-01T01:00:00+00:00",
+        "dag_run": SimpleNamespace(run_type=run_type),
+        "params": {"full_refresh": params},
+    }
+    if interval:  # Airflow 3 leaves both keys out of the context of a run without a logical date
+        context["data_interval_start"] = datetime(2026, 11, 1, 1, tzinfo=UTC)
+        context["data_interval_end"] = datetime(2026, 11, 1, 2, tzinfo=UTC)
+    args = task.render_template(task.application_args, context, dag.get_template_env())
+    return dict(zip(args[1::2], args[2::2], strict=False)) | {"_args": args}
+
+
+def test_run_id_and_data_interval_reach_the_job_as_templated_arguments(dagbag):
+    args = render(dagbag.dags["activity"], "ingest", [])
+    assert args["--run-id"] == "scheduled__2026-11-01T01:00:00+00:00"
+    assert args["--trigger"] == "scheduled"
+    assert args["--data-interval-start"] == "2026-11-01T01:00:00+00:00"
+    assert args["--data-interval-end"] == "2026-11-01T02:00:00+00:00"
+    assert args["--full-refresh"] == ""
+
+
+def test_a_run_without_a_logical_date_renders_no_interval_in_every_task(dagbag, pipelines):
+    """The REST API's default (`logical_date: null`) and the UI's trigger without a date: no data interval."""
+    for pipeline in pipelines:
+        for task_id in ("ingest", "gold"):
+            args = render(dagbag.dags[pipeline.name], task_id, [], run_type="manual", interval=False)
+            assert (args["--trigger"], args["--data-interval-start"], args["--data-interval-end"]) == (
+                "manual",
+                "none",
+                "none",
+            ), (pipeline.name, task_id, args)
+    assert args["--full-refresh"] == ""
+
+
+def test_full_refresh_goes_to_the_first_application_owning_a_chosen_table(dagbag):
+    dag = dagbag.dags["activity"]
+    assert render(dag, "ingest", ["silver.activity"])["--full-refresh"] == "silver.activity"
+    assert render(dag, "gold", ["silver.activity"])["--full-refresh"] == ""  # rebuilt downstream by ingest
+    assert render(dag, "ingest", ["gold.device_counts"])["--full-refresh"] == ""
+    assert render(dag, "gold", ["gold.device_counts"])["--full-refresh"] == "gold.device_counts"
+
+
+def test_every_delta_table_is_an_asset_other_dags_can_schedule_on(pipelines):
+    from millpond.airflow.factory import table_asset
+
+    asset = table_asset("silver.activity")
+    assert asset.name == "delta.silver.activity"
+    assert asset.uri == "x-millpond://silver/activity"
+    assert str(settings.lake_root()) not in asset.uri  # the same asset wherever the lake is (README "Assets")
+
+
+def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
+    from airflow.sdk.exceptions import AirflowException
+
+    from millpond.airflow.factory import spark_master
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "local[2]"}')
+    assert spark_master() == "local[2]"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", "spark://127.0.0.1:7077")
+    assert spark_master() == "spark://127.0.0.1:7077"
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_MILLPOND")
+    with pytest.raises(AirflowException, match="AIRFLOW_CONN_SPARK_MILLPOND"):
+        spark_master()
+
+
+def test_gate_failure_message_names_suite_expectation_count_and_report():
+    from millpond.airflow.factory import gate_failures
+
+    summary = {
+        "tables": [
+            {"table": "bronze.activity", "outcome": "succeeded"},
+            {
+                "table": "silver.activity",
+                "outcome": "gate_failed",
+                "gate": {
+                    "suite": "activity.silver.activity",
+                    "report_path": "/lake/_reports/x.html",
+                    "failed_expectations": [
+                        {
+                            "expectation": "expect_column_values_to_not_be_null",
+                            "column": "gt",
+                            "severity": "critical",
+                            "unexpected_count": 7,
+                        }
+                    ],
+                },
+            },
+        ]
+    }
+    (message,) = gate_failures(summary)
+    for part in (
+        "silver.activity",
+        "activity.silver.activity",
+        "expect_column_values_to_not_be_null",
+        "unexpected=7",
+        "/lake/_reports/x.html",
+    ):
+        assert part in message
+    assert gate_failures({"tables": [{"table": "t", "outcome": "succeeded"}]}) == []
+
+
+def test_a_kafka_dag_without_its_broker_address_fails_its_run_naming_the_variable(dagbag, monkeypatch, tmp_path):
+    """`make up`/`make demo` set no MILLPOND_KAFKA_BOOTSTRAP: device_status still loads, and its ingest task fails
+    before any Spark application with the runner's message, not only an exit code."""
+    from airflow.sdk.exceptions import AirflowException
+
+    monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    task = dagbag.dags["device_status"].get_task("ingest")
+    monkeypatch.setattr(task, "application_args", render(dagbag.dags["device_status"], "ingest", [])["_args"])
+    with pytest.raises(AirflowException) as failed:
+        task.run_without_spark()
+    message = str(failed.value)
+    assert "millpond runner exited 2 before any Spark application: invalid spec or arguments" in message
+    assert "environment variable MILLPOND_KAFKA_BOOTSTRAP is not set" in message
+    assert "Fix: export MILLPOND_KAFKA_BOOTSTRAP=" in message
+    assert not (tmp_path / "lake" / "_system").exists()
+
+
+def test_a_task_with_its_own_spark_conf_is_submitted_not_handed_to_the_warm_driver(dagbag, monkeypatch, tmp_path):
+    """Only a new JVM applies a task's own Spark conf (spark.driver.memory, ...): such a task skips the warm driver."""
+    from millpond.engine import warm_driver
+
+    lake = tmp_path / "lake"
+    monkeypatch.setenv(warm_driver.ENV, "on")
+    monkeypatch.setenv("MILLPOND_LAKE", str(lake))
+    task = dagbag.dags["activity"].get_task("ingest")
+    monkeypatch.setattr(task, "conf", {"spark.driver.memory": "3g"})
+    assert task.run_in_warm_driver("local[2]") is False
+    assert warm_driver.status(lake) is None and not warm_driver.log_path(lake).exists()  # no driver was started
+
+
+def test_a_kafka_pipeline_without_its_broker_address_is_created_paused_and_says_why(pipelines, monkeypatch):
+    """`make up` unpauses DAGs at creation; one that cannot succeed without its broker stays paused, with the reason."""
+    from millpond.airflow.factory import build_dag
+
+    monkeypatch.delenv("MILLPOND_KAFKA_BOOTSTRAP", raising=False)
+    paused = {p.name: build_dag(p) for p in pipelines}
+    assert {name for name, dag in paused.items() if dag.is_paused_upon_creation} == {"device_status"}
+    assert paused["device_status"].description.startswith("Paused: needs MILLPOND_KAFKA_BOOTSTRAP (a Kafka broker;")
+    monkeypatch.setenv("MILLPOND_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    device = build_dag(next(p for p in pipelines if p.name == "device_status"))
+    assert device.is_paused_upon_creation is None and device.description is None

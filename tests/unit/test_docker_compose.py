@@ -1,0 +1,101 @@
+"""docker-compose.yaml cannot run here (no Docker engine): check its structure and its consistency with the repo."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from tests.support import REPO
+
+pytestmark = pytest.mark.unit
+
+AIRFLOW = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+SPARK = ("spark-master", "spark-worker-1", "spark-worker-2")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+
+
+def pins() -> dict[str, str]:
+    found = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.\-\[\]]+)==([^\s#]+)", line.strip())
+        if match:
+            found[match.group(1).lower()] = match.group(2)
+    return found
+
+
+def test_services_are_airflow3_postgres_init_and_a_spark_cluster(compose):
+    assert set(compose["services"]) == {"postgres", "airflow-init", *AIRFLOW, *SPARK}
+    commands = {name: compose["services"][name].get("command") for name in AIRFLOW}
+    assert commands == {
+        "airflow-apiserver": "api-server",
+        "airflow-scheduler": "scheduler",
+        "airflow-dag-processor": "dag-processor",
+        "airflow-triggerer": "triggerer",
+    }
+    assert "airflow db migrate" in "".join(compose["services"]["airflow-init"]["command"])
+    assert compose["services"]["airflow-init"]["restart"] == "no"
+
+
+def test_every_long_running_service_has_a_healthcheck(compose):
+    for name, service in compose["services"].items():
+        if name != "airflow-init":
+            assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+
+
+def test_startup_order_waits_for_health_and_the_one_shot_init(compose):
+    services = compose["services"]
+    for name in AIRFLOW:
+        depends = services[name]["depends_on"]
+        assert depends["postgres"]["condition"] == "service_healthy"
+        assert depends["airflow-init"]["condition"] == "service_completed_successfully"
+    assert services["airflow-scheduler"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    for worker in ("spark-worker-1", "spark-worker-2"):
+        assert services[worker]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+        assert services[worker]["command"][-1] == "spark://spark-master:7077"
+
+
+def test_the_spark_connection_points_at_the_master_and_the_lake_is_shared(compose):
+    services = compose["services"]
+    for name in AIRFLOW:
+        env = services[name]["environment"]
+        conn = json.loads(env["AIRFLOW_CONN_SPARK_MILLPOND"])
+        assert conn == {"conn_type": "spark", "host": "spark://spark-master:7077"}
+        assert env["MILLPOND_LAKE"] == "/opt/millpond/lake"
+    master_cmd = services["spark-master"]["command"]
+    assert master_cmd[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"] and "7077" in master_cmd
+    for name in (*AIRFLOW, "spark-worker-1", "spark-worker-2"):
+        assert "lake:/opt/millpond/lake" in services[name]["volumes"], name
+    assert "lake" in compose["volumes"]
+
+
+def test_images_are_pinned_and_versions_match_requirements(compose):
+    versions = pins()
+    dockerfile = (REPO / compose["services"]["airflow-scheduler"]["build"]["dockerfile"]).read_text()
+    base = re.search(r"^FROM apache/airflow:(\S+)", dockerfile, re.MULTILINE).group(1)
+    assert base == f"{versions['apache-airflow']}-python3.11"
+    assert "requirements.txt" in dockerfile  # pyspark, delta-spark and the provider come from the same pins
+    image = compose["services"]["airflow-scheduler"]["image"]
+    assert image == f"millpond-airflow:{versions['apache-airflow']}-spark{versions['pyspark']}"
+    for name, service in compose["services"].items():
+        tag = service["image"].rsplit(":", 1)
+        assert len(tag) == 2 and tag[1] not in ("latest", ""), f"{name}: unpinned image {service['image']}"
+
+
+def test_no_secrets_in_the_compose_file(compose):
+    text = (REPO / "docker-compose.yaml").read_text()
+    assert "${POSTGRES_PASSWORD:?" in text and "${AIRFLOW_JWT_SECRET:?" in text
+    example = (REPO / ".env.example").read_text()
+    assert "POSTGRES_PASSWORD=" in example and "AIRFLOW_JWT_SECRET=" in example
+
+
+def test_the_image_installs_the_package_so_airflow_finds_the_report_plugin():
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    assert "pip install --no-cache-dir --no-deps -e /opt/millpond" in dockerfile
+    assert 'millpond = "millpond.airflow.plugin:MillpondPlugin"' in (REPO / "pyproject.toml").read_text()

@@ -1,0 +1,77 @@
+"""No secret in the repository or on a `spark-submit` command line: secrets live in connections and environment.
+
+(Anonymous requests to the UI/API are refused: tests/integration/airflow/test_airflow_up.py against a real `make up`.
+Spec paths cannot leave the lake root: tests/unit/spec/test_loader.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import subprocess
+
+import pytest
+
+from tests.support import REPO
+
+pytestmark = pytest.mark.unit
+
+SECRET_PATTERNS = {
+    "private key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    "AWS access key": re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    "password literal": re.compile(
+        r"(?i)\b\w*(password|passwd|secret|token)\w*\s*[:=]\s*['\"]?(?!change-me)[A-Za-z0-9+/_\-]{12,}"
+    ),
+    "URL with credentials": re.compile(r"\b[a-z]+://[^/\s:@'\"]+:[^/\s@'\"$]{6,}@"),
+}
+
+
+def tracked_files() -> list[str]:
+    return subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_no_secret_is_committed():
+    found = []
+    for name in tracked_files():
+        path = REPO / name
+        if not path.is_file() or path.suffix in {".png", ".jpg", ".parquet"}:
+            continue
+        text = path.read_text(errors="replace")
+        found += [f"{name}: {kind}: {m.group(0)[:40]}" for kind, p in SECRET_PATTERNS.items() for m in p.finditer(text)]
+    assert found == []
+
+
+def test_the_secret_file_is_ignored_and_only_its_example_is_committed():
+    files = set(tracked_files())
+    assert ".env.example" in files
+    assert not {".env", "airflow_home/airflow.db", "airflow_home/simple_auth_manager_passwords.json.generated"} & files
+    ignored = subprocess.run(
+        ["git", "check-ignore", ".env", "airflow_home/x", "lake/x"], cwd=REPO, capture_output=True, text=True
+    ).stdout.split()
+    assert ignored == [".env", "airflow_home/x", "lake/x"]
+
+
+def test_spark_submit_command_line_carries_no_secret(monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from millpond.airflow import factory
+
+    secret = secrets.token_urlsafe(16)  # made at run time: a literal here would be a committed "secret" itself
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_MILLPOND",
+        json.dumps(
+            {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "login": "spark", "password": secret}
+        ),
+    )
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", secret)
+    task = DagBag(dag_folder=str(REPO / "dags")).dags["activity"].get_task("ingest")
+    task.jars = ",".join(factory.jars.spark_jars())
+    task.conf = {**factory.spark_conf(), **(task.conf or {})}
+    task.env_vars = {**factory.job_env(), **(task.env_vars or {})}
+    hook = task.build_hook()
+    command = hook._build_spark_submit_command(task.application)
+    assert "--master" in command and "spark://127.0.0.1:7077" in command
+    assert not [arg for arg in command if secret in arg]
+    assert not [value for value in task.env_vars.values() if secret in value]
