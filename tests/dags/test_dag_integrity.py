@@ -26,6 +26,13 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
 """
 
 
+PIPELINE_GRAPH = {"ingest": ["quality_gate"], "quality_gate": ["gold"], "gold": ["run_summary"], "run_summary": []}
+
+
+def task_graph(dag):
+    return {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
+
+
 @pytest.fixture(scope="module")
 def dagbag():
     from airflow.dag_processing.dagbag import DagBag
@@ -67,12 +74,7 @@ def test_dag_files_import_without_errors_quickly_and_without_heavy_modules():
 def test_each_pipeline_task_graph_matches_its_spec(dagbag, pipelines):
     for pipeline in pipelines:
         dag = dagbag.dags[pipeline.name]
-        assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-            "ingest": ["quality_gate"],
-            "quality_gate": ["gold"],
-            "gold": ["run_summary"],
-            "run_summary": [],
-        }
+        assert task_graph(dag) == PIPELINE_GRAPH
         assert dag.max_active_runs == 1 and dag.catchup == pipeline.catchup
         assert dag.start_date.date() == pipeline.start_date and dag.start_date.tzinfo is not None
         assert set(pipeline.tags) | {"millpond"} <= set(dag.tags)
@@ -146,7 +148,7 @@ def test_full_refresh_goes_to_the_first_application_owning_a_chosen_table(dagbag
 
 
 def test_every_delta_table_is_an_asset_other_dags_can_schedule_on(pipelines):
-    from millpond.airflow.factory import table_asset
+    from millpond.airflow.assets import table_asset
 
     asset = table_asset("silver.activity")
     assert asset.name == "delta.silver.activity"
@@ -157,7 +159,7 @@ def test_every_delta_table_is_an_asset_other_dags_can_schedule_on(pipelines):
 def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
-    from millpond.airflow.factory import spark_master
+    from millpond.airflow.spark_app import spark_master
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "local[2]"}')
     assert spark_master() == "local[2]"
@@ -169,7 +171,7 @@ def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
 
 
 def test_gate_failure_message_names_suite_expectation_count_and_report():
-    from millpond.airflow.factory import gate_failures
+    from millpond.airflow.operators import gate_failures
 
     summary = {
         "tables": [
