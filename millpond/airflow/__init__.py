@@ -1,6 +1,6 @@
 """Airflow for millpond: every pipeline spec becomes a DAG, arranged as the Airflow Spark provider arranges its code.
 
-    factory.py     the DAG of each spec
+    factory.py     the DAG of each spec (and the stand-in DAG of a spec that does not load)
     operators.py   the tasks: operators store their arguments at parse time and do the work in execute()
     hooks.py       spark-submit as a task runs it; imported only inside execute() (the provider's imports are heavy)
     spark_app.py   the runner application: its file, Spark connection, environment, conf and exit codes

@@ -4,6 +4,7 @@ execute(), as the Airflow Spark provider's operators do: the Spark submit operat
     MillpondSparkSubmitOperator   one Spark application of the runner for some layers (ingest, gold)
     QualityGateOperator           stops the run before gold when a silver batch failed its suite
     RunSummaryOperator            per-table outcome and row counts as XComs, without a JVM
+    SpecProblemsOperator          the one task of a broken spec's DAG: fails naming every problem
 
 Plain operators rather than `@task`: the TaskFlow decorators cost DAG parsing a heavy import (README "Benchmarks",
 B6), and a class can declare its extra link.
@@ -268,3 +269,17 @@ class RunSummaryOperator(BaseOperator):
                 f"did not run: {', '.join(missing) or '-'}"
             )
         return ordered
+
+
+class SpecProblemsOperator(BaseOperator):
+    """The single task of a broken spec's DAG: a run of it fails with every problem, so the run's log says what to fix
+    (the DAG's docs say the same before anyone runs it)."""
+
+    ui_color = "#f8d7da"
+
+    def __init__(self, *, problems: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.problems = problems
+
+    def execute(self, context: Any) -> None:
+        raise AirflowException(self.problems)
