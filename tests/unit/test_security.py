@@ -55,7 +55,8 @@ def test_the_secret_file_is_ignored_and_only_its_example_is_committed():
 def test_spark_submit_command_line_carries_no_secret(monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
-    from millpond.airflow import factory
+    from millpond.airflow import spark_app
+    from millpond.engine import jars
 
     secret = secrets.token_urlsafe(16)  # made at run time: a literal here would be a committed "secret" itself
     monkeypatch.setenv(
@@ -67,9 +68,9 @@ def test_spark_submit_command_line_carries_no_secret(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", secret)
     task = DagBag(dag_folder=str(REPO / "dags")).dags["activity"].get_task("ingest")
-    task.jars = ",".join(factory.jars.spark_jars())
-    task.conf = {**factory.spark_conf(), **(task.conf or {})}
-    task.env_vars = {**factory.job_env(), **(task.env_vars or {})}
+    task.jars = ",".join(jars.spark_jars())
+    task.conf = {**spark_app.spark_conf(), **(task.conf or {})}
+    task.env_vars = {**spark_app.job_env(), **(task.env_vars or {})}
     hook = task.build_hook()
     command = hook._build_spark_submit_command(task.application)
     assert "--master" in command and "spark://127.0.0.1:7077" in command

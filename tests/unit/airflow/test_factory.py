@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -24,6 +26,13 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
                   "seconds": time.monotonic() - started,
                   "heavy": [m for m in sys.argv[2:] if m in sys.modules]}))
 """
+
+
+PIPELINE_GRAPH = {"ingest": ["quality_gate"], "quality_gate": ["gold"], "gold": ["run_summary"], "run_summary": []}
+
+
+def task_graph(dag):
+    return {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +76,7 @@ def test_dag_files_import_without_errors_quickly_and_without_heavy_modules():
 def test_each_pipeline_task_graph_matches_its_spec(dagbag, pipelines):
     for pipeline in pipelines:
         dag = dagbag.dags[pipeline.name]
-        assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
-            "ingest": ["quality_gate"],
-            "quality_gate": ["gold"],
-            "gold": ["run_summary"],
-            "run_summary": [],
-        }
+        assert task_graph(dag) == PIPELINE_GRAPH
         assert dag.max_active_runs == 1 and dag.catchup == pipeline.catchup
         assert dag.start_date.date() == pipeline.start_date and dag.start_date.tzinfo is not None
         assert set(pipeline.tags) | {"millpond"} <= set(dag.tags)
@@ -146,7 +150,7 @@ def test_full_refresh_goes_to_the_first_application_owning_a_chosen_table(dagbag
 
 
 def test_every_delta_table_is_an_asset_other_dags_can_schedule_on(pipelines):
-    from millpond.airflow.factory import table_asset
+    from millpond.airflow.assets import table_asset
 
     asset = table_asset("silver.activity")
     assert asset.name == "delta.silver.activity"
@@ -157,7 +161,7 @@ def test_every_delta_table_is_an_asset_other_dags_can_schedule_on(pipelines):
 def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
-    from millpond.airflow.factory import spark_master
+    from millpond.airflow.spark_app import spark_master
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "local[2]"}')
     assert spark_master() == "local[2]"
@@ -169,7 +173,7 @@ def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
 
 
 def test_gate_failure_message_names_suite_expectation_count_and_report():
-    from millpond.airflow.factory import gate_failures
+    from millpond.airflow.operators import gate_failures
 
     summary = {
         "tables": [
@@ -246,3 +250,80 @@ def test_a_kafka_pipeline_without_its_broker_address_is_created_paused_and_says_
     monkeypatch.setenv("MILLPOND_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     device = build_dag(next(p for p in pipelines if p.name == "device_status"))
     assert device.is_paused_upon_creation is None and device.description is None
+
+
+BROKEN_SPEC = """
+pipeline: orders
+schedule: every hour
+start_date: 2026-11-01
+tables:
+  bronze.orders:
+    from: landing.nowhere
+    colour: blue
+"""
+
+
+def test_a_broken_spec_shows_its_problems_and_hides_no_other_pipelines_dag(monkeypatch, tmp_path, caplog):
+    """One bad YAML file used to be an import error of the DAG file, and every pipeline's DAG disappeared."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowException
+
+    from millpond.spec import SpecError
+
+    pipelines_dir = tmp_path / "pipelines"
+    pipelines_dir.mkdir()
+    shutil.copy(REPO / "pipelines" / "activity.yaml", pipelines_dir)
+    broken = pipelines_dir / "orders.yaml"
+    broken.write_text(BROKEN_SPEC)
+    monkeypatch.setenv("MILLPOND_PIPELINES", str(pipelines_dir))
+    with pytest.raises(SpecError) as loading:
+        load_pipeline(broken)
+    problems = loading.value.problems
+    assert len(problems) >= 3 and all(p.startswith(f"{broken}: ") and "Fix: " in p for p in problems)
+
+    with caplog.at_level(logging.ERROR, logger="millpond.airflow.factory"):
+        bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["activity", "orders"]
+    good = bag.dags["activity"]
+    assert task_graph(good) == PIPELINE_GRAPH and good.is_paused_upon_creation is None
+    assert good.get_task("gold").application_args[:3] == ["activity", "--layers", "gold"]
+
+    dag = bag.dags["orders"]
+    assert dag.is_paused_upon_creation is True and type(dag.timetable).__name__ == "NullTimetable"
+    assert task_graph(dag) == {"spec_problems": []}
+    assert all(p in dag.description and p in dag.doc_md for p in problems)
+    with pytest.raises(AirflowException) as failed:
+        dag.get_task("spec_problems").execute({})
+    assert all(p in str(failed.value) for p in problems) and "make validate" in str(failed.value)
+    assert all(p in caplog.text for p in problems)
+
+
+def test_a_spec_too_broken_to_name_its_pipeline_gets_its_file_stem_as_dag_id(monkeypatch, tmp_path):
+    from millpond.airflow.factory import build_all
+
+    pipelines_dir = tmp_path / "pipelines"
+    pipelines_dir.mkdir()
+    (pipelines_dir / "half_typed.yaml").write_text("pipeline: [unclosed\n")
+    monkeypatch.setenv("MILLPOND_PIPELINES", str(pipelines_dir))
+    dag = build_all()["half_typed"]
+    assert "not valid YAML" in dag.description and dag.is_paused_upon_creation is True
+
+
+def test_a_spec_airflow_refuses_names_its_file_not_the_dag_file(monkeypatch, tmp_path):
+    """A schedule with five fields passes the loader; Airflow's own check of the cron would be the DAG file's error."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    pipelines_dir = tmp_path / "pipelines"
+    pipelines_dir.mkdir()
+    shutil.copy(REPO / "pipelines" / "clicks.yaml", pipelines_dir)
+    spec = (REPO / "pipelines" / "activity.yaml").read_text().replace('schedule: "@hourly"', 'schedule: "61 * * * *"')
+    (pipelines_dir / "activity.yaml").write_text(spec)
+    monkeypatch.setenv("MILLPOND_PIPELINES", str(pipelines_dir))
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {} and sorted(bag.dags) == ["activity", "clicks"]
+    assert task_graph(bag.dags["clicks"]) == PIPELINE_GRAPH
+    dag = bag.dags["activity"]
+    assert task_graph(dag) == {"spec_problems": []}
+    assert f"{pipelines_dir / 'activity.yaml'}: Airflow refuses the DAG: " in dag.description
+    assert "[61 * * * *] is not acceptable" in dag.description

@@ -1,0 +1,285 @@
+"""The tasks of a pipeline's DAG. Each operator stores its arguments when the DAG is parsed and does its work in
+execute(), as the Airflow Spark provider's operators do: the Spark submit operator builds its hook there.
+
+    MillpondSparkSubmitOperator   one Spark application of the runner for some layers (ingest, gold)
+    QualityGateOperator           stops the run before gold when a silver batch failed its suite
+    RunSummaryOperator            per-table outcome and row counts as XComs, without a JVM
+    SpecProblemsOperator          the one task of a broken spec's DAG: fails naming every problem
+
+Plain operators rather than `@task`: the TaskFlow decorators cost DAG parsing a heavy import (README "Benchmarks",
+B6), and a class can declare its extra link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from millpond import settings
+from millpond.airflow.plugin import ReportLink
+from millpond.airflow.py_files import build_py_files
+from millpond.airflow.report import format_summary
+from millpond.airflow.spark_app import EXIT_CODES, RUNNER, SPARK_CONN_ID, job_env, spark_conf, spark_master
+from millpond.engine import jars
+from millpond.runs import run_summary
+
+if TYPE_CHECKING:
+    from millpond.airflow.hooks import MillpondSparkSubmitHook
+
+# Run-time values reach the job as templated arguments: the event log ties each table's run to this run.
+# A run without a logical date (the REST API's default, the UI's trigger without a date) has no data interval, and
+# Airflow 3 then leaves `data_interval_start`/`_end` out of the template context altogether: `is defined` first.
+NO_INTERVAL = run_summary.NO_INTERVAL
+RUN_ARGS = [
+    "--run-id",
+    "{{ run_id }}",
+    "--trigger",
+    "{{ dag_run.run_type | string | replace('DagRunType.', '') | lower }}",
+    "--data-interval-start",
+    "{{ data_interval_start | ts if data_interval_start is defined and data_interval_start else '"
+    + NO_INTERVAL
+    + "' }}",
+    "--data-interval-end",
+    "{{ data_interval_end | ts if data_interval_end is defined and data_interval_end else '" + NO_INTERVAL + "' }}",
+]
+
+
+# ---------------------------------------------------------------------------------------------- Spark submit
+
+
+class MillpondSparkSubmitOperator(BaseOperator):
+    """Runs `millpond/engine/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped.
+
+    Three ways to run, cheapest first: without a JVM when no table has anything new, in the lake's warm driver when
+    it is wanted, else spark-submit through MillpondSparkSubmitHook. Client mode only: a retry starts a fresh
+    application, never a "reattach".
+    """
+
+    template_fields = ("application_args", "conf", "env_vars", "name")
+    ui_color = "#f4a460"
+    operator_extra_links = (ReportLink(),)  # ingest validates silver, gold its own suites: the run's report
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        layers: tuple[str, ...],
+        full_refresh: str,
+        extra_args: tuple[str, ...] = (),
+        conf: dict[str, str] | None = None,
+        env_vars: dict[str, str] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.pipeline, self.layers = pipeline, layers
+        self.application, self._conn_id = str(RUNNER), SPARK_CONN_ID
+        self.name = f"millpond:{pipeline}:{'+'.join(layers)}"
+        self.application_args = [
+            pipeline,
+            "--layers",
+            ",".join(layers),
+            *RUN_ARGS,
+            "--full-refresh",
+            full_refresh,
+            "--wait",
+            str(settings.LOCK_WAIT_SECONDS.seconds()),
+            *extra_args,
+        ]
+        self.conf, self.env_vars = conf or {}, env_vars or {}
+        self.jars = self.py_files = ""
+        self._hook: MillpondSparkSubmitHook | None = None
+
+    def execute(self, context: Any) -> None:
+        if self.run_without_spark():
+            return
+        master = spark_master(self._conn_id)
+        self.log.info("Spark master %s (connection %r)", master, self._conn_id)
+        if self.run_in_warm_driver(master):
+            return
+        self.jars = ",".join(jars.spark_jars())
+        self.py_files = str(build_py_files(self.pipeline))
+        self.conf = {**spark_conf(), **self.conf}
+        self.choose_driver_jit()
+        # The driver imports millpond from the zip too, where the repo-relative defaults do not exist.
+        self.env_vars = {**job_env(), **self.env_vars}
+        self._hook = self.build_hook()
+        self._hook.submit(self.application)
+
+    def run_without_spark(self) -> bool:
+        """A run in which no table has anything new needs no JVM: the runner records it here, in ~1 s."""
+        from millpond.engine import runner
+
+        errors = io.StringIO()  # the runner's own words (e.g. the unset ${NAME} a Kafka spec needs) go into the error
+        with contextlib.redirect_stderr(errors):
+            code = runner.main(list(self.application_args), spark_allowed=False)
+        sys.stderr.write(errors.getvalue())
+        if code == runner.NEEDS_SPARK:
+            return False
+        if code == 0:
+            return True
+        # No table ran here, so exit 1 is the lake or the event log, not a table (the runner printed which).
+        reason = "the run could not be recorded" if code == 1 else EXIT_CODES.get(code, "see the log above")
+        detail = errors.getvalue().strip()
+        raise AirflowException(
+            f"millpond runner exited {code} before any Spark application: {reason}." + (f"\n{detail}" if detail else "")
+        )
+
+    def run_in_warm_driver(self, master: str) -> bool:
+        """MILLPOND_WARM_DRIVER=on and a local master: the lake's warm driver runs this task's run, no spark-submit.
+
+        Its output streams into this task's log. If the task is killed its connection closes and the driver exits
+        mid-run, as spark-submit's process tree would; the retry replays from the checkpoint in a new driver.
+        """
+        from millpond.engine import warm_driver
+
+        if not warm_driver.wanted():
+            return False
+        if not master.startswith("local"):
+            self.log.info(
+                "%s=on, but the master %s is not local: submitting with spark-submit", warm_driver.ENV, master
+            )
+            return False
+        if self.conf:  # a running JVM's session cannot take them all (spark.driver.*, spark.jars, ...)
+            self.log.info(
+                "%s=on, but this task sets its own Spark conf (%s), which only a new JVM applies: submitting "
+                "with spark-submit",
+                warm_driver.ENV,
+                ", ".join(sorted(self.conf)),
+            )
+            return False
+        env = {**warm_driver.run_env(), **job_env(), **self.env_vars}
+        errors: list[str] = []
+
+        def log_lines(text: str, kept: list[str] | None = None) -> None:
+            for line in text.rstrip("\n").splitlines():
+                self.log.info("%s", line)
+                if kept is not None:
+                    kept.append(line)
+
+        code = warm_driver.run(list(self.application_args), env, out=log_lines, err=lambda t: log_lines(t, errors))
+        if code != 0:
+            detail = "\n".join(errors[-20:])
+            raise AirflowException(
+                f"millpond runner exited {code} in the warm driver: "
+                f"{EXIT_CODES.get(code, 'see the log above')}.\n{detail}"
+            )
+        return True
+
+    def choose_driver_jit(self) -> None:
+        """C1-only JIT for a small run's driver JVM (millpond.engine.driver_jit), added to any options the conf has."""
+        from millpond.engine import runner
+
+        jit = runner.driver_jit_for(list(self.application_args))
+        self.log.info("Driver JIT %s: %s", jit.mode, jit.reason)
+        if jit.java_options:
+            key = "spark.driver.extraJavaOptions"
+            self.conf[key] = " ".join(filter(None, [self.conf.get(key, ""), jit.java_options]))
+
+    def build_hook(self) -> MillpondSparkSubmitHook:
+        """The hook for this task's arguments as execute() resolved them."""
+        from millpond.airflow.hooks import MillpondSparkSubmitHook  # the provider's heavy imports: run time only
+
+        return MillpondSparkSubmitHook(
+            conf=self.conf,
+            conn_id=self._conn_id,
+            py_files=self.py_files,
+            jars=self.jars,
+            name=self.name,
+            application_args=list(self.application_args),
+            env_vars=self.env_vars,
+        )
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+# ---------------------------------------------------------------------------------------------- light tasks
+
+
+def gate_failures(summary: dict[str, Any] | None) -> list[str]:
+    """One message per table the quality gate stopped, naming suite, expectation, count and report."""
+    messages = []
+    for entry in (summary or {}).get("tables", []):
+        if entry.get("outcome") != "gate_failed":
+            continue
+        gate = entry.get("gate") or {}
+        failed = "; ".join(
+            f"{f.get('expectation')} unexpected={f.get('unexpected_count')} severity={f.get('severity')}"
+            for f in gate.get("failed_expectations", [])
+        )
+        messages.append(
+            f"{entry['table']}: suite {gate.get('suite')} failed: {failed or 'see report'}; "
+            f"report {gate.get('report_path')}"
+        )
+    return messages
+
+
+class QualityGateOperator(BaseOperator):
+    """Fail the run (gold does not start) when a silver batch failed its expectation suite."""
+
+    ui_color = "#e8f7e4"
+    operator_extra_links = (ReportLink(),)
+
+    def __init__(self, *, pipeline: str, suites: dict[str, str], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.pipeline, self.suites = pipeline, suites
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        run_id = context["run_id"]
+        summary = run_summary.load(self.pipeline, run_id)
+        if summary is None:
+            where = run_summary.summary_path(self.pipeline, run_id)
+            raise AirflowException(f"no run summary for {run_id} at {where}: did ingest run?")
+        failures = gate_failures(summary)
+        if failures:
+            raise AirflowException("quality gate failed:\n" + "\n".join(failures))
+        return {"passed": True, "suites": self.suites}
+
+
+class RunSummaryOperator(BaseOperator):
+    """Per-table outcome and row counts for this run, as XComs (key = table id) and a log table."""
+
+    def __init__(self, *, pipeline: str, tables: list[str], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.pipeline, self.tables = pipeline, tables
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        run_id = context["run_id"]
+        summary = run_summary.load(self.pipeline, run_id) or {"tables": []}
+        by_table = {t["table"]: t for t in summary["tables"]}
+        ordered = [by_table[t] for t in self.tables if t in by_table]
+        for entry in ordered:
+            context["ti"].xcom_push(key=entry["table"], value=entry)
+        print(
+            f"run {run_id} of pipeline {self.pipeline} "
+            f"({run_summary.summary_path(self.pipeline, run_id)}):\n{format_summary(ordered)}"
+        )
+        print(f"data interval: {run_summary.describe_interval(summary)}")
+        missing = [t for t in self.tables if t not in by_table]
+        bad = [t["table"] for t in ordered if t.get("outcome") != "succeeded"]
+        if bad or missing:
+            raise AirflowException(
+                f"pipeline {self.pipeline}: not succeeded: {', '.join(bad) or '-'}; "
+                f"did not run: {', '.join(missing) or '-'}"
+            )
+        return ordered
+
+
+class SpecProblemsOperator(BaseOperator):
+    """The single task of a broken spec's DAG: a run of it fails with every problem, so the run's log says what to fix
+    (the DAG's docs say the same before anyone runs it)."""
+
+    ui_color = "#f8d7da"
+
+    def __init__(self, *, problems: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.problems = problems
+
+    def execute(self, context: Any) -> None:
+        raise AirflowException(self.problems)
