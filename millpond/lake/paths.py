@@ -14,6 +14,7 @@ from pathlib import Path
 
 from millpond import settings
 
+
 def table_path(table_id: str, root: Path | None = None) -> Path:
     layer, name = table_id.split(".")
     return (root or settings.lake_root()) / layer / name
