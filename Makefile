@@ -150,3 +150,8 @@ test-unit: setup
 
 clean-lake:
 	rm -rf "$(MILLPOND_LAKE)"
+
+# The installable package, millpond's Spark functions jar inside it: dist/millpond-<version>-py3-none-any.whl.
+.PHONY: wheel
+wheel: $(VENV)/.installed
+	scripts/build-wheel.sh $(BIN)/python dist

@@ -11,6 +11,7 @@ from typing import cast
 
 from millpond import settings
 from millpond.lake import paths
+from millpond.project.scaffold import DEFAULT_PIPELINE
 from millpond.spec import FileSource, KafkaSource, Pipeline, SpecError, load_pipeline, validate_all
 
 HOUR = timedelta(hours=1)
@@ -58,12 +59,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from millpond.dev.sample_data import activity_files, campaigns_file, clicks_files
 
     if args.pipeline not in ("activity", "clicks", "device_status"):
-        print(
-            f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks, "
-            "device_status)",
-            file=sys.stderr,
-        )
-        return 2
+        return generate_recordings(args)
     pipeline = load_pipeline(args.pipeline)
     if args.pipeline == "device_status":
         return send_device_events(pipeline, hours=args.files, rows=args.rows, malformed=args.malformed, seed=args.seed)
@@ -87,6 +83,68 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def landing_folder(pipeline: Pipeline, source_id: str) -> Path:
     """A file source's landing folder: the sample generators land only where the shipped specs read files."""
     return paths.landing_path(cast(FileSource, pipeline.sources[source_id]).path)
+
+
+def generate_recordings(args: argparse.Namespace) -> int:
+    """Sample recordings for a pipeline of the user's whose json source has their shape (`millpond init`'s)."""
+    from millpond.dev.sample_data import activity_files
+    from millpond.project.scaffold import has_record_schema
+
+    try:
+        pipeline = load_pipeline(args.pipeline)
+    except SpecError:
+        pipeline = None
+    sources = [
+        s
+        for s in (pipeline.sources.values() if pipeline else [])
+        if isinstance(s, FileSource) and s.format == "json" and not s.static and has_record_schema(s.schema)
+    ]
+    if len(sources) != 1:
+        print(
+            f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks, "
+            "device_status, and a pipeline with one json source of `millpond init`'s record shape)",
+            file=sys.stderr,
+        )
+        return 2
+    folder = paths.landing_path(sources[0].path)
+    landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
+    print(f"landed {len(landed)} files x {args.rows} lines in {folder}")
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """`millpond init <dir>`: a new project with one pipeline (millpond.project.scaffold)."""
+    from millpond.project.scaffold import ScaffoldError, create_project
+
+    folder = Path(args.directory).resolve()
+    try:
+        written = create_project(folder, args.pipeline)
+    except ScaffoldError as error:
+        print(f"millpond init: {error}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path.relative_to(folder)}")
+    print(
+        f"project {args.pipeline!r} in {folder}; next: cd there, `millpond jars`, then the two commands in its "
+        "README.md"
+    )
+    return 0
+
+
+def cmd_jars(args: argparse.Namespace) -> int:
+    """`millpond jars`: Delta's and Kafka's jars (and the report assets) from Maven Central, as `make jars` and
+    `make report-assets` fetch them in a checkout."""
+    from millpond.project.downloads import DownloadError, fetch_report_assets, fetch_spark_jars
+
+    try:
+        jars = fetch_spark_jars(settings.jars_dir())
+        print(f"{len(jars)} jars in {settings.jars_dir()}")
+        if not args.no_report_assets:
+            print(f"report assets in {fetch_report_assets(settings.report_assets_dir())}")
+    except DownloadError as error:
+        print(f"millpond jars: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def send_device_events(pipeline: Pipeline, hours: int, rows: int, malformed: float, seed: int | None) -> int:
@@ -226,6 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--malformed", type=float, default=0.0, help="fraction of malformed lines")
     generate.add_argument("--seed", type=int, default=None)
     generate.set_defaults(func=cmd_generate)
+    init = sub.add_parser("init", help="create a new project folder with one example pipeline, its gate and DAG")
+    init.add_argument("directory", help="a new or empty folder")
+    init.add_argument("--pipeline", default=DEFAULT_PIPELINE, help=f"the pipeline's name (default: {DEFAULT_PIPELINE})")
+    init.set_defaults(func=cmd_init)
+    jars = sub.add_parser(
+        "jars", help="download the jars runs need (Delta, Kafka) and the report assets from Maven Central"
+    )
+    jars.add_argument("--no-report-assets", action="store_true", help="only the jars (reports then use CDNs)")
+    jars.set_defaults(func=cmd_jars)
     driver = sub.add_parser(
         "driver",
         help="start, stop or show the lake's warm driver (a Spark driver that stays up "
