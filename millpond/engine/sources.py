@@ -307,7 +307,7 @@ def parse_json_line(
 ) -> Column:
     """from_json(text, schema, options); with `fast` (MILLPOND_JSON_FUNCTIONS, the default) parsed from the line's
     UTF-8 bytes by jvm/ JsonLineParser, Spark's own parser, where from_json decodes every line through a Reader
-    first. Same rows for valid UTF-8, the only lines bronze parses (tests/spark_jobs/test_json_functions.py compares
+    first. Same rows for valid UTF-8, the only lines bronze parses (tests/integration/speedups/test_json_functions.py compares
     the two paths on hostile lines; bench/parse_cost.py times both in bronze's writer)."""
     if not fast:
         return F.from_json(text, schema, options)

@@ -20,7 +20,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * (JSONOptions.buildJsonFactory), so a key is what from_json reads as one: single-quoted, unquoted when
  * allowUnquotedFieldNames is set, never text inside a value or a comment. Values are skipped, not converted, which
  * is what makes this cheaper than Spark's built-in {@code map_keys(from_json(line, 'map<string,variant>'))}, the
- * standard path it must equal (tests/spark_jobs/test_json_functions.py).
+ * standard path it must equal (tests/integration/speedups/test_json_functions.py).
  */
 public final class JsonLineKeys {
   private static final PerTask<JsonFactory> FACTORIES = new PerTask<>();
