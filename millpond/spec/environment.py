@@ -27,7 +27,7 @@ def environment_problems(pipeline: Pipeline, table_ids: list[str]) -> list[str]:
     where a cluster lives.
     """
     problems = []
-    for where, text in kafka_settings(pipeline, table_ids).items():
+    for where, text in _kafka_settings(pipeline, table_ids).items():
         match = ENV_REF.match(text)
         value = resolve_setting(text)
         if match and not value:
@@ -50,7 +50,7 @@ def environment_problems(pipeline: Pipeline, table_ids: list[str]) -> list[str]:
     return problems
 
 
-def kafka_settings(pipeline: Pipeline, table_ids: list[str]) -> dict[str, str]:
+def _kafka_settings(pipeline: Pipeline, table_ids: list[str]) -> dict[str, str]:
     """Each Kafka address the tables need: {spec field: its text as written (maybe `${NAME}`)}."""
     settings = []
     for table_id in table_ids:
@@ -67,7 +67,7 @@ def unset_environment(pipeline: Pipeline) -> list[str]:
     """The `${NAME}` variables the pipeline's Kafka addresses name that are not set here (no network: DAG parsing)."""
     names = [
         match.group(1)
-        for text in kafka_settings(pipeline, list(pipeline.tables)).values()
+        for text in _kafka_settings(pipeline, list(pipeline.tables)).values()
         if (match := ENV_REF.match(text.strip())) and not resolve_setting(text)
     ]
     return sorted(set(names))
