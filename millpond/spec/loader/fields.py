@@ -1,0 +1,107 @@
+"""The base of the spec loader: reading a YAML mapping's fields and the small values many parts share.
+
+Each part of a spec (sources, sinks, joins, ...) is read by a mixin in this package built on `FieldLoader`; one
+`PipelineLoader` combines them, so every method can report into the same list of problems.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+from millpond.spec.model import RateLimit, Watermark
+from millpond.spec.syntax import DDL_TYPES, DURATION, ddl_parts
+
+_BYTES = re.compile(r"^\d+\s*[kmgt]?b?$", re.IGNORECASE)  # a size as Spark reads maxBytesPerTrigger: 512m, 1g
+
+
+def _join(where: str, key: Any) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+class FieldLoader:
+    """Builds the frozen objects while collecting every problem, so a user fixes a spec in one pass."""
+
+    def __init__(self, path: Path, lake_root: Path) -> None:
+        self.path = path
+        self.lake_root = lake_root
+        self.problems: list[str] = []
+
+    def problem(self, where: str, message: str, fix: str) -> None:
+        self.problems.append(f"{self.path}: {where}: {message}. Fix: {fix}")
+
+    def fields(self, where: str, raw: Any, allowed: dict[str, bool]) -> dict[str, Any]:
+        """Check a mapping against its allowed fields (name -> required); unknown names are errors."""
+        if not isinstance(raw, dict):
+            got = type(raw).__name__
+            self.problem(where or "(top level)", f"expected a mapping, got {got}", "see README 'Spec format'")
+            return {}
+        for key in raw:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"allowed fields: {', '.join(allowed)}"
+                self.problem(_join(where, key), f"unknown field {key!r}", hint)
+        for key, required in allowed.items():
+            if required and key not in raw:
+                self.problem(_join(where, key), "required field is missing", f"add '{key}:' to {where or 'the spec'}")
+        return raw
+
+    def boolean(self, where: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            self.problem(where, f"{value!r} is not true/false", "use true or false")
+        return bool(value)
+
+    def count(self, where: str, value: Any, minimum: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            self.problem(where, f"{value!r} is not a whole number >= {minimum}", f"use a whole number >= {minimum}")
+            return minimum
+        return value
+
+    def columns(self, where: str, raw: Any) -> tuple[str, ...]:
+        if raw is None:
+            return ()
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not all(isinstance(c, str) and c for c in raw):
+            self.problem(where, f"{raw!r} is not a list of column names", "write e.g. [Device, Index]")
+            return ()
+        return tuple(raw)
+
+    def duration(self, where: str, value: Any) -> None:
+        if value is not None and not DURATION.match(str(value).strip()):
+            self.problem(where, f"{value!r} is not a duration", "write e.g. '10 minutes' or '1 hour'")
+
+    def ddl(self, where: str, text: str) -> None:
+        """Light DDL check without a JVM: `name TYPE` pairs separated by top-level commas."""
+        for column in ddl_parts(text):
+            parts = column.replace("`", "").split(None, 1)
+            base = parts[1].split("<")[0].split("(")[0].strip().lower() if len(parts) == 2 else ""
+            if len(parts) != 2 or base.split()[0] not in DDL_TYPES:
+                self.problem(where, f"{column!r} is not 'name TYPE'", "write Spark DDL, e.g. 'Device STRING, x DOUBLE'")
+
+    def watermark(self, where: str, raw: Any) -> Watermark | None:
+        if raw is None:
+            return None
+        spec = self.fields(where, raw, {"column": True, "delay": True})
+        self.duration(f"{where}.delay", spec.get("delay"))
+        return Watermark(str(spec.get("column", "")), str(spec.get("delay", "")))
+
+    def rate_limit(self, where: str, raw: Any, kafka: bool = False) -> RateLimit:
+        if raw is None:
+            return RateLimit()
+        if kafka:
+            spec = self.fields(where, raw, {"max_offsets_per_trigger": False})
+            offsets = spec.get("max_offsets_per_trigger")
+            if offsets is not None:
+                self.count(f"{where}.max_offsets_per_trigger", offsets, minimum=1)
+            return RateLimit(max_offsets_per_trigger=offsets if isinstance(offsets, int) else None)
+        spec = self.fields(where, raw, {"max_files_per_trigger": False, "max_bytes_per_trigger": False})
+        files = spec.get("max_files_per_trigger")
+        if files is not None:
+            self.count(f"{where}.max_files_per_trigger", files, minimum=1)
+        size = spec.get("max_bytes_per_trigger")
+        if size is not None and not _BYTES.match(str(size)):
+            self.problem(f"{where}.max_bytes_per_trigger", f"{size!r} is not a size", "use e.g. 512m or 1g")
+        return RateLimit(files if isinstance(files, int) else None, str(size) if size is not None else None)

@@ -1,0 +1,156 @@
+"""Loading a spec file: YAML in, a validated `Pipeline` out (or one SpecError listing every problem)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from millpond import settings
+from millpond.spec.errors import SpecError
+from millpond.spec.loader.sources import SourceLoader
+from millpond.spec.loader.tables import TableLoader
+from millpond.spec.model import GLOB_CHARACTERS, GLOB_SHOWN, KAFKA, SCHEDULE_PRESETS, Pipeline
+from millpond.spec.syntax import NAME
+
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: DAG parsing reads every spec
+
+
+def spec_path_for(pipeline: str) -> Path:
+    return settings.pipelines_dir() / f"{pipeline}.yaml"
+
+
+def all_spec_paths() -> list[Path]:
+    return sorted(settings.pipelines_dir().glob("*.yaml"))
+
+
+def load_pipeline(name_or_path: str | Path, lake_root: Path | None = None) -> Pipeline:
+    """Load and validate one spec; raise SpecError listing every problem."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = spec_path_for(str(name_or_path))
+    if not path.exists():
+        known = ", ".join(p.stem for p in all_spec_paths()) or "none"
+        raise SpecError([f"{path}: no such pipeline spec (pipelines in {settings.pipelines_dir()}: {known})"])
+    try:
+        raw = yaml.load(path.read_text(), Loader=SAFE_LOADER)
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
+    return PipelineLoader(path, lake_root or settings.lake_root()).pipeline(raw)
+
+
+def validate_all(lake_root: Path | None = None) -> tuple[list[Pipeline], list[str]]:
+    """Load every spec; also reject two pipelines that write the same table (they would share its path)."""
+    pipelines: list[Pipeline] = []
+    problems: list[str] = []
+    owners: dict[str, str] = {}  # table id -> the pipeline writing it
+    for path in all_spec_paths():
+        try:
+            pipeline = load_pipeline(path, lake_root)
+        except SpecError as exc:
+            problems.extend(exc.problems)
+            continue
+        pipelines.append(pipeline)
+        for table_id in pipeline.tables:
+            if table_id in owners:
+                problems.append(
+                    f"{path}: tables.{table_id}: also written by pipeline {owners[table_id]!r}. "
+                    "Fix: give one of them another table name"
+                )
+            owners[table_id] = pipeline.name
+    return pipelines, problems
+
+
+class PipelineLoader(SourceLoader, TableLoader):
+    """A whole spec: its top-level fields, its sources and its tables."""
+
+    def pipeline(self, raw: Any) -> Pipeline:
+        top = self.fields(
+            "",
+            raw,
+            {
+                "pipeline": True,
+                "description": False,
+                "schedule": True,
+                "start_date": True,
+                "catchup": False,
+                "retries": False,
+                "tags": False,
+                "owner": False,
+                "shuffle_partitions": False,
+                "sources": False,
+                "tables": True,
+            },
+        )
+        name = str(top.get("pipeline", self.path.stem))
+        self.lake_root_characters()
+        if not NAME.match(name):
+            self.problem("pipeline", f"{name!r} is not a valid name", "use lower_snake_case (it becomes the DAG id)")
+        elif name != self.path.stem:
+            self.problem("pipeline", f"name {name!r} differs from the file name", f"rename the file to {name}.yaml")
+        sources = {}
+        raw_sources = top.get("sources") or {}
+        if isinstance(raw_sources, dict):
+            for source_name, raw_source in raw_sources.items():
+                is_kafka = isinstance(raw_source, dict) and raw_source.get("format") == KAFKA
+                source = (self.kafka_source if is_kafka else self.file_source)(str(source_name), raw_source)
+                if source:
+                    sources[source.id] = source
+        else:
+            self.problem("sources", "expected a mapping of source name -> source", "see README 'Spec format'")
+        tables = {}
+        raw_tables = top.get("tables") or {}
+        if isinstance(raw_tables, dict) and raw_tables:
+            for table_id, raw_table in raw_tables.items():
+                table = self.table(str(table_id), raw_table)
+                if table:
+                    tables[table.id] = table
+        else:
+            self.problem("tables", "a pipeline needs at least one table", "add a 'tables:' mapping")
+        ordered = self.dependency_order(sources, tables)
+        pipeline = Pipeline(
+            name=name,
+            spec_path=self.path,
+            schedule=self.schedule(top.get("schedule")),
+            start_date=self.start_date(top.get("start_date")),
+            description=str(top.get("description", "")),
+            catchup=self.boolean("catchup", top.get("catchup", False)),
+            retries=self.count("retries", top.get("retries", 2), minimum=0),
+            tags=tuple(str(t) for t in top.get("tags") or ()),
+            owner=str(top.get("owner", "millpond")),
+            shuffle_partitions=self.count("shuffle_partitions", top.get("shuffle_partitions", 2), minimum=1),
+            sources=sources,
+            tables=ordered,
+        )
+        if self.problems:
+            raise SpecError(self.problems)
+        return pipeline
+
+    def schedule(self, value: Any) -> str:
+        text = str(value or "").strip()
+        if text in SCHEDULE_PRESETS or len(text.split()) == 5:
+            return text
+        self.problem("schedule", f"{text!r} is not a schedule", "use a 5-field cron ('0 * * * *') or @hourly/@daily")
+        return text
+
+    def start_date(self, value: Any) -> date:
+        if isinstance(value, date):
+            return value
+        try:
+            return datetime.strptime(str(value), "%Y-%m-%d").date()
+        except ValueError:
+            self.problem("start_date", f"{value!r} is not a date", "use a fixed date like 2026-11-01 (never 'now')")
+            return date(2026, 1, 1)
+
+    def lake_root_characters(self) -> None:
+        """The lake root (MILLPOND_LAKE) is part of every path Spark reads: a glob character there reads another
+        folder (seen: a root `lake[1]` ingested `lake1`'s files), and delta-rs cannot open a path with `[`."""
+        if odd := " ".join(sorted(GLOB_CHARACTERS & set(str(self.lake_root)))):
+            self.problem(
+                "lake root",
+                f"{self.lake_root} holds {odd}, which Spark's file source reads as a glob "
+                "pattern (it would read another folder's files)",
+                f"move the lake to a folder whose path has none of {GLOB_SHOWN} and set MILLPOND_LAKE to it",
+            )

@@ -1,0 +1,79 @@
+"""How a spec writes its values: names, function references, durations, Kafka addresses and Spark DDL.
+
+Patterns and parsers only, shared by the model, the loader and the run-time environment check; none of them reports a
+problem itself (the loader words each one for the field it is in).
+"""
+
+from __future__ import annotations
+
+import re
+
+NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+TABLE_ID = re.compile(r"^(bronze|silver|gold)\.[a-z][a-z0-9_]*$")
+FUNCTION_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+DURATION = re.compile(r"^\d+\s+(second|minute|hour|day|week)s?$")
+SIGNED_DURATION = re.compile(r"^-?\d+\s+(second|minute|hour|day|week)s?$")
+_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")  # `${NAME}`: an environment variable, read at run time
+HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):\d{1,5}$")
+TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's own rule for topic names
+DDL_TYPES = (
+    "string",
+    "varchar",
+    "char",
+    "boolean",
+    "tinyint",
+    "byte",
+    "smallint",
+    "short",
+    "int",
+    "integer",
+    "bigint",
+    "long",
+    "float",
+    "double",
+    "real",
+    "decimal",
+    "numeric",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+    "timestamp_ltz",
+    "binary",
+    "array",
+    "map",
+    "struct",
+    "variant",
+)
+
+
+def duration_seconds(text: str | None) -> int | None:
+    """'10 minutes' -> 600; None for anything the duration check rejects (it reports that itself)."""
+    match = DURATION.match(str(text or "").strip())
+    if not match:
+        return None
+    return int(str(text).split()[0]) * _UNIT_SECONDS[match.group(1)]
+
+
+def signed_seconds(text: str | None) -> int | None:
+    """'-10 minutes' -> -600; None for anything the time_range check rejects (it reports that itself)."""
+    value = str(text or "").strip()
+    if not SIGNED_DURATION.match(value):
+        return None
+    return -duration_seconds(value[1:]) if value.startswith("-") else duration_seconds(value)  # type: ignore[operator]
+
+
+def ddl_parts(text: str) -> list[str]:
+    """A DDL string's column definitions: split at commas outside <...> and (...)."""
+    depth, start, columns = 0, 0, []
+    for i, char in enumerate(text + ","):
+        depth += char in "<(" and 1 or char in ">)" and -1 or 0
+        if char == "," and depth == 0:
+            columns.append(text[start:i].strip())
+            start = i + 1
+    return columns
+
+
+def ddl_columns(text: str) -> tuple[str, ...]:
+    """Column names of a DDL string ('a STRING, b BIGINT' -> ('a', 'b'))."""
+    return tuple(part.split(None, 1)[0].strip("`") for part in ddl_parts(text) if part.split())
