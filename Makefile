@@ -26,7 +26,7 @@ help:
 	@echo "make up     Airflow scheduler + UI/API + dag-processor + triggerer in the background (login required)"
 	@echo "make down   stop everything make up started"
 	@echo "make kafka-up / kafka-down  a local Kafka broker (KAFKA_PORT=9092) with the specs' topics, for device_status"
-	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (RELIABILITY.md)"
+	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (docs/reliability.md)"
 	@echo "make bench SCALE=small|large [ONLY=B3,B6]  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json, .md"
 
 setup: venv jars jvm report-assets
@@ -106,13 +106,13 @@ demo: setup airflow-db
 	$(MAKE) --no-print-directory run-dag PIPELINE=activity
 	$(BIN)/millpond status activity
 
-# Long seeded crash loop (RELIABILITY.md); `make test` runs 3 cycles of the same loop.
+# Long seeded crash loop (docs/reliability.md); `make test` runs 3 cycles of the same loop.
 CYCLES ?= 30
 SEED ?= 1
 stress: setup
 	$(BIN)/python -m tests.support.stress --cycles $(CYCLES) --seed $(SEED)  # lake and results under .cache/stress/
 
-# Benchmarks (README "Benchmarks"): ratios measured in one run on this machine; never part of `make test`.
+# Benchmarks (docs/benchmarks.md): ratios measured in one run on this machine; never part of `make test`.
 SCALE ?= small
 ONLY ?=
 bench: setup airflow-db

@@ -4,7 +4,7 @@
 
 Every figure is a ratio of two measurements taken here, now, alternating sides (so a noisy neighbour hurts both),
 each side repeated (median, min and max kept). Writes the JSON results and a markdown table next to them.
-What each benchmark measures and its goal: BENCHMARKS below and README "Benchmarks".
+What each benchmark measures and its goal: BENCHMARKS below and docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `txnAppId`/`txnVersion`, alternating, in one warm JVM, onto tables with a history of earlier appends.
 
 With the options delta-spark reads the app's transaction state from the table's snapshot before it commits (the check
-that skips a replayed batch). Every streaming write millpond makes carries them (RELIABILITY.md, idempotent sink), so
+that skips a replayed batch). Every streaming write millpond makes carries them (docs/reliability.md, idempotent sink), so
 this is the price of exactly once on an append, measured alone. Both tables get the same rows; their row counts are
 checked against each other before any figure is written. Writes bench/results-txn.json (not committed). Not a timed
 test. Usage:

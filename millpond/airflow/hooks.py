@@ -1,7 +1,7 @@
 """spark-submit whose whole process tree dies with its task, and whose failure says what the runner's exit means.
 
 Imported only when a task runs (MillpondSparkSubmitOperator.build_hook): the Spark provider's hook module pulls in
-`requests` and friends, which DAG parsing would otherwise pay every 30 s (README "Benchmarks", B6).
+`requests` and friends, which DAG parsing would otherwise pay every 30 s (docs/benchmarks.md, B6).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ execute(), as the Airflow Spark provider's operators do: the Spark submit operat
     RunSummaryOperator            per-table outcome and row counts as XComs, without a JVM
     SpecProblemsOperator          the one task of a broken spec's DAG: fails naming every problem
 
-Plain operators rather than `@task`: the TaskFlow decorators cost DAG parsing a heavy import (README "Benchmarks",
+Plain operators rather than `@task`: the TaskFlow decorators cost DAG parsing a heavy import (docs/benchmarks.md,
 B6), and a class can declare its extra link.
 """
 

@@ -174,7 +174,7 @@ def nothing_new(pipeline: Pipeline, table: Table, fingerprint: str) -> dict | No
     same listing or version, and an event-time query has no watermark left to advance (its last run ran the
     no-data batch). Callers skip the query; a killed or gate-stopped run recorded nothing, so it is replayed.
     A table reading Kafka always runs its query: only the broker knows whether a topic has new messages, and asking
-    it takes a Kafka client, which is the JVM this check exists to avoid (README "Kafka").
+    it takes a Kafka client, which is the JVM this check exists to avoid (docs/kafka.md).
     """
     if table.reads_kafka:
         return None

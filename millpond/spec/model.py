@@ -72,10 +72,10 @@ class FileSource:
     options: Mapping[str, str] = field(default_factory=dict)
     rate_limit: RateLimit = RateLimit()
     # json only. rescue: unknown fields kept as JSON in bronze's `_rescued_data`; add: each becomes a (string)
-    # bronze column; fail: the run stops before writing the batch. README "Bad input and schema drift".
+    # bronze column; fail: the run stops before writing the batch. docs/examples.md.
     schema_drift: str = "rescue"
     # A dimension: read whole, in batch, by each run of a table that looks it up (`lookup:`); never streamed, so it
-    # has no checkpoint and no quarantine, and a change to it is not new input (README "Joins").
+    # has no checkpoint and no quarantine, and a change to it is not new input (docs/spec.md).
     static: bool = False
 
     @property
@@ -198,7 +198,7 @@ class Sink:
 
     format: str = "delta"
     options: Mapping[str, str] = field(default_factory=dict)  # writer options, e.g. {header: 'true'} for csv
-    # kafka only. At least once: a batch replayed after a crash is sent again (README "Kafka").
+    # kafka only. At least once: a batch replayed after a crash is sent again (docs/kafka.md).
     topic: str | None = None
     bootstrap_servers: str | None = None  # host:port list or `${ENV_VAR}`, as for a Kafka source
     key: str | None = None  # Spark SQL expression over the row; no key when None

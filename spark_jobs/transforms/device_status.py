@@ -5,7 +5,7 @@ per key with new rows. The state is the newest event so far (JSON: its time in e
 key's event count), so an event that arrives out of order replaces it only if its time is greater: the greatest
 event time wins, however late the event arrives. No timeout: one state row per key, kept for good.
 
-An update-mode `aggregate` with `max_by` says the same in SQL (README "The device_status pipeline"); this function
+An update-mode `aggregate` with `max_by` says the same in SQL (docs/examples.md); this function
 is the example's arbitrary-state piece, and decides ties between equal event times by arrival.
 """
 

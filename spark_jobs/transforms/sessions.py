@@ -29,7 +29,7 @@ Session = tuple[int, int, int]  # (first event, last event, events); event times
 def sessions(key: tuple, rows: Iterator[Any], state: Any, *, timestamp: str, gap: str) -> Iterator[Any]:
     """Append mode: each session once, when it is final.
 
-    Output, by position: the key columns, first event, last event, event count (README "Stateful functions").
+    Output, by position: the key columns, first event, last event, event count (docs/spec.md).
     """
     closed, _ = _advance(rows, state, timestamp, gap_ms(gap))
     if closed:

@@ -36,7 +36,7 @@ class FieldLoader:
         """Check a mapping against its allowed fields (name -> required); unknown names are errors."""
         if not isinstance(raw, dict):
             got = type(raw).__name__
-            self.problem(where or "(top level)", f"expected a mapping, got {got}", "see README 'Spec format'")
+            self.problem(where or "(top level)", f"expected a mapping, got {got}", "see docs/spec.md")
             return {}
         for key in raw:
             if key not in allowed:

@@ -99,7 +99,7 @@ class PipelineLoader(SourceLoader, TableLoader):
                 if source:
                     sources[source.id] = source
         else:
-            self.problem("sources", "expected a mapping of source name -> source", "see README 'Spec format'")
+            self.problem("sources", "expected a mapping of source name -> source", "see docs/spec.md")
         tables = {}
         raw_tables = top.get("tables") or {}
         if isinstance(raw_tables, dict) and raw_tables:

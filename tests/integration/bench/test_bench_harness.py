@@ -1,6 +1,6 @@
 """Smoke of the benchmark harness (`make bench`): a tiny scale runs end to end and writes well-formed results.
 
-Timings are never asserted here (README "Benchmarks": goals are judged by `make bench SCALE=large`); this only
+Timings are never asserted here (docs/benchmarks.md: goals are judged by `make bench SCALE=large`); this only
 proves the harness measures both sides and records what the README quotes.
 """
 

@@ -155,7 +155,7 @@ def test_every_delta_table_is_an_asset_other_dags_can_schedule_on(pipelines):
     asset = table_asset("silver.activity")
     assert asset.name == "delta.silver.activity"
     assert asset.uri == "x-millpond://silver/activity"
-    assert str(settings.lake_root()) not in asset.uri  # the same asset wherever the lake is (README "Assets")
+    assert str(settings.lake_root()) not in asset.uri  # the same asset wherever the lake is (docs/airflow.md)
 
 
 def test_missing_spark_connection_is_a_clear_error_not_yarn(monkeypatch):
