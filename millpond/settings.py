@@ -99,8 +99,8 @@ EXPECTATIONS = Setting(
 JARS = Setting(
     "MILLPOND_JARS",
     "",
-    "The folder of jars every Spark application ships: Delta's and Kafka's "
-    "(`make jars`) and millpond's functions (`make jvm`). Default: `<project>/.cache/jars`.",
+    "The folder of jars every Spark application ships: Delta's and Kafka's (`millpond jars`, or `make jars` in "
+    "a checkout) and millpond's functions (inside the wheel, or `make jvm`). Default: `<project>/.cache/jars`.",
     PLACES,
 )
 REPORT_ASSETS = Setting(
