@@ -1,6 +1,6 @@
 """The data-quality gate: write-audit-publish per micro-batch, with Great Expectations as the validator.
 
-Inside the gated table's `foreachBatch` (millpond/engine/streaming.py) each micro-batch is persisted, validated
+Inside the gated table's `foreachBatch` (millpond/engine/sinks/gated.py) each micro-batch is persisted, validated
 with the table's suite (GX ephemeral context, Spark datasource, whole-dataframe batch), and only then written:
 
     fail  a failed `fail` expectation raises GateFailed BEFORE any Delta write of the batch: the batch stays
