@@ -63,8 +63,8 @@ def main() -> int:
     from millpond.engine import sources
     from millpond.engine.driver_jit import java_options
     from millpond.engine.session import build_spark_session
+    from millpond.engine.sinks.landing import landing_batch_metrics
     from millpond.engine.speedups import JSON_FUNCTIONS
-    from millpond.engine.streaming import landing_batch_metrics
     from millpond.spec import load_pipeline
 
     files = [str(f) for f in data.pool(args.scale)[: data.SCALES[args.scale].b3_files]]

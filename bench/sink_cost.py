@@ -1,7 +1,7 @@
 """What handing each micro-batch to foreachBatch costs bronze: the same stream through two writers, cold.
 
 Both sides read B3's landed files with bronze's own stream (`sources.read_landing`: text, `parse_json_lines`),
-count the batch with bronze's observed metrics (`streaming.landing_batch_metrics`) and append the good rows to a new
+count the batch with bronze's observed metrics (`sinks.landing.landing_batch_metrics`) and append the good rows to a new
 Delta table, `availableNow`:
 - `foreach_batch`: bronze's structure. Spark hands foreachBatch the micro-batch already planned and executed as an
   RDD (`Scan ExistingRDD`, recorded as `foreach_batch_reads_an_executed_rdd`), so the parse and the write are two
@@ -42,7 +42,7 @@ def run_side(side: str, work: str) -> dict:
     from millpond.engine import sources
     from millpond.engine.driver_jit import java_options
     from millpond.engine.session import build_spark_session
-    from millpond.engine.streaming import landing_batch_metrics
+    from millpond.engine.sinks.landing import landing_batch_metrics
     from millpond.spec import load_pipeline
 
     pipeline = load_pipeline("activity")

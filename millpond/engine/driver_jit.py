@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 from millpond import settings
 from millpond.lake import checkpoints, paths
 from millpond.lake.delta_log import bytes_added, latest_version
-from millpond.spec import Pipeline, SpecError, Table
+from millpond.spec import FileSource, Pipeline, SpecError, Table
 
 ENV = settings.DRIVER_JIT.name
 QUICK_OPTIONS = "-XX:TieredStopAtLevel=1"
@@ -105,7 +105,9 @@ def pending_input_bytes(pipeline: Pipeline, tables: list[str]) -> int | None:
 
 
 def _pending_landed_bytes(pipeline: Pipeline, table: Table) -> int | None:
-    root = paths.landing_path(pipeline.sources[table.source].path)
+    source = pipeline.sources[table.source]
+    assert isinstance(source, FileSource)  # a table reading landing files
+    root = paths.landing_path(source.path)
     seen = _seen_files(paths.checkpoint_path(pipeline.name, table.id))
     if seen is None:
         return None

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from functools import reduce
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from millpond.spec import Stateful, Table, Transform, make_project_importable, signed_seconds
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql.streaming.state import GroupState
 
 LEFT, RIGHT = "_from", "_with"  # the two sides of a join, while its condition is built
 TIMEOUTS = {"event_time": "EventTimeTimeout", "none": "NoTimeout"}  # spec -> pyspark GroupStateTimeout
@@ -92,7 +97,7 @@ def apply_transform(df: DataFrame, transform: Transform) -> DataFrame:
     return load_function(transform.function or "")(df)
 
 
-def load_function(reference: str) -> Callable[[DataFrame], DataFrame]:
+def load_function(reference: str) -> Callable[..., Any]:
     module, name = reference.split(":")
     make_project_importable()
     return getattr(importlib.import_module(module), name)
@@ -113,7 +118,14 @@ def apply_stateful(df: DataFrame, stateful: Stateful, output_mode: str) -> DataF
     )
 
 
-def call_stateful(function, options: dict, columns: list[str], key, rows, state):
+def call_stateful(
+    function: Callable[..., Iterable[pd.DataFrame]],
+    options: dict[str, Any],
+    columns: list[str],
+    key: tuple[Any, ...],
+    rows: Iterator[pd.DataFrame],
+    state: GroupState,
+) -> Iterator[pd.DataFrame]:
     """Run the user's function; name integer-labelled output columns by position from `output_schema`.
 
     PySpark 4.2 reads integer labels as no match and writes nulls, so a function that does not know what the spec

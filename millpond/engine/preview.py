@@ -23,10 +23,22 @@ import threading
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
-from millpond.spec import Pipeline, RateLimit, SpecError, Table, environment_problems, load_pipeline
+from millpond.spec import (
+    FileSource,
+    Pipeline,
+    RateLimit,
+    SpecError,
+    Table,
+    environment_problems,
+    load_pipeline,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 HIDDEN = (
     "_raw",
@@ -106,7 +118,9 @@ def missing_input(pipeline: Pipeline, table: Table) -> str | None:
     if table.reads_kafka:  # whether the topic holds anything only the broker knows: the query finds out
         return None
     if table.reads_landing:
-        folder = paths.landing_path(pipeline.sources[table.source].path)
+        source = pipeline.sources[table.source]
+        assert isinstance(source, FileSource)  # the spec loader keys landing sources `landing.<name>`
+        folder = paths.landing_path(source.path)
         if not folder.is_dir():
             return f"{table.id} reads {table.source}, whose folder {folder} does not exist yet. Fix: land files there"
         return None
@@ -143,7 +157,7 @@ class BatchPrinter:
         self.shown = 0
         self.enough = threading.Event()
 
-    def __call__(self, batch, batch_id: int) -> None:
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self.shown >= self.batches:  # the query is being stopped: say nothing more
             return
         from pyspark import StorageLevel
@@ -160,7 +174,9 @@ class BatchPrinter:
                 counted = batch.agg(
                     F.count(F.lit(1)), F.count_if(F.col("_error").isNotNull()) if has_error else F.lit(0)
                 )
-                count, bad = counted.first()
+                row = counted.first()
+                assert row is not None  # a global aggregate has one row
+                count, bad = row
                 rows = shown.take(self.rows) if count else []
             finally:
                 batch.unpersist()
@@ -175,7 +191,9 @@ class BatchPrinter:
             self.enough.set()
 
 
-def run_preview(spark, pipeline: Pipeline, table: Table, checkpoint: Path, batches: int, rows: int) -> tuple[int, bool]:
+def run_preview(
+    spark: SparkSession, pipeline: Pipeline, table: Table, checkpoint: Path, batches: int, rows: int
+) -> tuple[int, bool]:
     """(micro-batches shown, whether the query was stopped before its input ran out)."""
     from millpond.engine import sources
     from millpond.engine.plan import plan_table
@@ -206,7 +224,7 @@ def run_preview(spark, pipeline: Pipeline, table: Table, checkpoint: Path, batch
     return printer.shown, stopped
 
 
-def format_table(columns: list[str], rows: list[list]) -> str:
+def format_table(columns: list[str], rows: list[list[Any]]) -> str:
     """A plain text grid, each value cut to CELL characters (like `DataFrame.show`, without its private API)."""
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
@@ -216,7 +234,7 @@ def format_table(columns: list[str], rows: list[list]) -> str:
     return "\n".join([*out, line])
 
 
-def _cell(value) -> str:
+def _cell(value: Any) -> str:
     if value is None:
         return "null"
     text = value.isoformat(sep=" ") if isinstance(value, datetime) else str(value)

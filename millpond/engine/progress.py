@@ -16,7 +16,13 @@ from datetime import datetime
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
-from pyspark.sql.streaming.listener import StreamingQueryProgress
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryProgress,
+)
 
 # Spark posts listener events asynchronously; the terminated event follows the last progress event.
 EVENTS_TIMEOUT_SECONDS = 60.0
@@ -35,20 +41,20 @@ class ProgressListener(StreamingQueryListener):
         # pass): Spark's numInputRows counts every read.
         self.rows_read: dict[tuple[str, int], int] = {}
 
-    def onQueryStarted(self, event) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
 
-    def onQueryProgress(self, event) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
         with self._lock:
             self._progress[str(progress.runId)].append(progress)
         table_id = self.tables.get(progress.name or "", progress.name or "?")
         print(progress_line(table_id, progress, self.input_rows(table_id, progress)), flush=True)
 
-    def onQueryIdle(self, event) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         with self._lock:
             ended = self._ended[str(event.runId)]
         ended.set()
@@ -91,7 +97,7 @@ class listening:
         self.spark.streams.addListener(self.listener)
         return self.listener
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.spark.streams.removeListener(self.listener)
         self.listener.claim_the_rest()
 

@@ -1,6 +1,6 @@
 """The data-quality gate: write-audit-publish per micro-batch, with Great Expectations as the validator.
 
-Inside the gated table's `foreachBatch` (millpond/engine/streaming.py) each micro-batch is persisted, validated
+Inside the gated table's `foreachBatch` (millpond/engine/sinks/gated.py) each micro-batch is persisted, validated
 with the table's suite (GX ephemeral context, Spark datasource, whole-dataframe batch), and only then written:
 
     fail  a failed `fail` expectation raises GateFailed BEFORE any Delta write of the batch: the batch stays
@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
@@ -36,6 +36,12 @@ from millpond.lake.delta_log import latest_version
 from millpond.runs import reports
 from millpond.spec import Table
 from millpond.spec.suites import Rule, Suite, load_suite
+
+if TYPE_CHECKING:
+    from great_expectations import ExpectationSuite, ValidationDefinition
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context import EphemeralDataContext
+    from great_expectations.datasource.fluent import SparkDatasource
 
 SITE = "millpond_gate"  # our Data Docs site (the ephemeral context already has `local_site`)
 SAMPLE_ROWS = 5
@@ -309,7 +315,7 @@ def _data_columns(batch: DataFrame) -> list[str]:
 _CONTEXTS: dict[str, Any] = {}
 
 
-def _context(docs: Path):
+def _context(docs: Path) -> EphemeralDataContext:
     """One ephemeral GX context per report site and process (context setup costs, batches are many)."""
     key = str(docs)
     if key not in _CONTEXTS:
@@ -331,7 +337,7 @@ def _context(docs: Path):
     return _CONTEXTS[key]
 
 
-def _gx_suite(suite: Suite):
+def _gx_suite(suite: Suite) -> ExpectationSuite:
     """The suite JSON as a GX suite; each expectation's meta carries our rule name to map results back."""
     import great_expectations as gx
 
@@ -369,7 +375,7 @@ def _gx_validate(
 
     docs = reports.docs_dir()
     context = _context(docs)
-    source = context.data_sources.get("millpond")
+    source = cast("SparkDatasource", context.data_sources.get("millpond"))  # added by _context
     asset_name = f"{pipeline}.{table.id}"
     try:
         asset = source.get_asset(asset_name)
@@ -397,7 +403,9 @@ def _gx_validate(
     )
     _home_redirect(docs)
     urls = context.get_docs_sites_urls(resource_identifier=identifier, site_names=[SITE])
-    page = unquote((urls[0]["site_url"] if urls else "").removeprefix("file://"))
+    site_url = urls[0]["site_url"] if urls else ""
+    assert site_url is not None  # the page was built just above
+    page = unquote(site_url.removeprefix("file://"))
     suite_page = docs / "expectations" / Path(*suite.name.split(".")).with_suffix(".html")
     try:
         reports.localize_data_docs(docs, [Path(page), suite_page] if page else [suite_page])
@@ -407,7 +415,13 @@ def _gx_validate(
 
 
 def _run_checkpoint(
-    context, definition, asset_name: str, suite: Suite, batch: DataFrame, run_id, result_format: dict[str, Any]
+    context: EphemeralDataContext,
+    definition: ValidationDefinition,
+    asset_name: str,
+    suite: Suite,
+    batch: DataFrame,
+    run_id: RunIdentifier,
+    result_format: dict[str, Any],
 ) -> tuple[Any, dict[str, dict[str, Any]]]:
     """One GX validation of the batch: (its result's identifier, {rule name: result}). Evaluation errors raise."""
     import great_expectations as gx
@@ -417,9 +431,11 @@ def _run_checkpoint(
     )
     run = checkpoint.run(batch_parameters={"dataframe": batch}, run_id=run_id)
     identifier, validation = next(iter(run.run_results.items()))
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for result in validation.results:
-        name = result.expectation_config.meta.get("millpond_rule")
+        config = result.expectation_config
+        assert config is not None  # GX names the expectation of every result it returns
+        name = config.meta["millpond_rule"]  # set on every expectation by _gx_suite
         error = _raised(result.exception_info)
         if error:
             raise RuntimeError(f"expectation {name} of suite {suite.name} could not be evaluated: {error}")
@@ -512,7 +528,7 @@ def check_main(argv: list[str] | None = None) -> int:
     from millpond.spec import SpecError, load_pipeline
     from millpond.spec.suites import SuiteError
 
-    parser = argparse.ArgumentParser(prog="millpond check", description=check_main.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="millpond check", description=(check_main.__doc__ or "").splitlines()[0])
     parser.add_argument("pipeline")
     parser.add_argument("--table", default="", help="gated table (default: every table with an expectations suite)")
     parser.add_argument("--version-from", type=int, default=None, help="first source Delta version of the slice")

@@ -21,7 +21,7 @@ from millpond.lake import checkpoints, file_sink_log, paths
 from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.runs import event_log
 from millpond.runs.run_record import RunContext, TableResult, cli_run_id
-from millpond.spec import LAYERS, Pipeline, SpecError, Table, environment_problems, load_pipeline
+from millpond.spec import LAYERS, FileSource, Pipeline, SpecError, Table, environment_problems, load_pipeline
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -279,7 +279,9 @@ def nothing_to_read(pipeline: Pipeline, table: Table) -> str | None:
 
 
 def _nothing_landed(pipeline: Pipeline, source_id: str) -> str | None:
-    relative = pipeline.sources[source_id].path
+    source = pipeline.sources[source_id]
+    assert isinstance(source, FileSource)  # the spec loader keys landing sources `landing.<name>`
+    relative = source.path
     root = paths.landing_path(relative)
     if checkpoints.landed_files(root):
         return None
@@ -401,9 +403,10 @@ def seconds_since_launch() -> float:
         return max(0.0, time.time() - psutil.Process(pid).create_time())
 
 
-def gate_failure_text(pipeline: Pipeline, result) -> str:
+def gate_failure_text(pipeline: Pipeline, result: TableResult) -> str:
     """The message a user acts on: suite, each failed expectation with its count, the report, the way out."""
     gate = result.gate
+    assert gate is not None  # a gated table's result
     lines = [
         f"data-quality gate FAILED for {result.table} (suite {gate['suite']}); nothing of the failing batch "
         f"was written, so {result.table} and its downstream tables are unchanged."
@@ -422,7 +425,7 @@ def gate_failure_text(pipeline: Pipeline, result) -> str:
     return "\n".join(lines)
 
 
-def format_result(r) -> str:
+def format_result(r: TableResult) -> str:
     return (
         f"{r.table:<28} {r.outcome:<9} batches={r.micro_batches} in={r.rows_in} written={r.rows_written} "
         f"quarantined={r.rows_quarantined} late_dropped={r.rows_dropped_by_watermark} "

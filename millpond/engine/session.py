@@ -83,7 +83,7 @@ def build_spark_session(
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.SPARK_LOG_LEVEL.raw() or "ERROR")
-    if spark.sparkContext.master.startswith("local"):
+    if (spark.sparkContext.master or "").startswith("local"):  # pyspark types it optional; a context has one
         spark.conf.set(LISTING_THRESHOLD, str(LOCAL_LISTING_THRESHOLD))
     return spark
 
@@ -92,13 +92,16 @@ def driver_jit_in_effect(spark: SparkSession) -> str:
     """ "quick" if the driver JVM runs C1 only (millpond.engine.driver_jit), else "full": read from the JVM itself."""
     from millpond.engine.driver_jit import QUICK_OPTIONS
 
-    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic session's driver JVM (None only in pyspark's types)
+    runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     return "quick" if QUICK_OPTIONS in list(runtime.getInputArguments()) else "full"
 
 
 def compiles_huge_methods(spark: SparkSession) -> bool:
     """Whether the driver JVM JIT-compiles methods over 8,000 bytecode bytes (millpond.engine.driver_jit): read from it."""
     jvm = spark.sparkContext._jvm
+    assert jvm is not None
     diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
         jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
     )

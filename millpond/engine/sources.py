@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import cast
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -52,9 +54,13 @@ KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_ti
 
 def read_table_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> DataFrame:
     if table.reads_landing:
-        return read_landing(spark, pipeline.sources[table.source])
+        landing = pipeline.sources[table.source]
+        assert isinstance(landing, FileSource)  # the spec loader keys landing sources `landing.<name>`
+        return read_landing(spark, landing)
     if table.reads_kafka:
-        return read_kafka(spark, pipeline.sources[table.source])
+        kafka = pipeline.sources[table.source]
+        assert isinstance(kafka, KafkaSource)  # and Kafka sources `kafka.<name>`
+        return read_kafka(spark, kafka)
     return read_delta_stream(spark, table, table.source)
 
 
@@ -109,7 +115,7 @@ def read_dimension(spark: SparkSession, pipeline: Pipeline, table: Table) -> Dat
     return df
 
 
-def _has_data_files(folder) -> bool:
+def _has_data_files(folder: Path) -> bool:
     """A file Spark's reader would read: not hidden, at any depth (a folder of partitions counts)."""
     if folder.is_file():
         return not folder.name.startswith((".", "_"))
@@ -119,6 +125,11 @@ def _has_data_files(folder) -> bool:
         p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts)
         for p in folder.rglob("*")
     )
+
+
+def schema_of(ddl: str) -> StructType:
+    """A spec schema (a DDL column list) as Spark reads it: a struct, though pyspark types `fromDDL` as any type."""
+    return cast(StructType, StructType.fromDDL(ddl))
 
 
 def read_delta_stream(spark: SparkSession, table: Table, upstream: str) -> DataFrame:
@@ -132,7 +143,7 @@ def read_landing(spark: SparkSession, source: FileSource) -> DataFrame:
     Files whose names start with `.` or `_` are skipped by Spark's file source: writers land a file under a
     hidden temporary name and rename it when complete, so a half-written file is never read.
     """
-    schema = StructType.fromDDL(source.schema)
+    schema = schema_of(source.schema)
     options = {"maxFileAge": _MAX_FILE_AGE, **source.rate_limit.reader_options()}
     location = str(paths.landing_path(source.path))
     if source.format == "json":
@@ -193,11 +204,11 @@ def read_kafka(spark: SparkSession, source: KafkaSource) -> DataFrame:
         F.col("timestamp").alias("_kafka_timestamp"),
         F.col("key").cast("string").alias("_kafka_key"),
     )
-    return parse_json_lines(messages, StructType.fromDDL(source.schema), carry=KAFKA_COLUMNS)
+    return parse_json_lines(messages, schema_of(source.schema), carry=KAFKA_COLUMNS)
 
 
 def parse_json_lines(
-    lines: DataFrame, schema: StructType, options: dict[str, str] | None = None, carry: tuple[str, ...] = ()
+    lines: DataFrame, schema: StructType, options: Mapping[str, str] | None = None, carry: tuple[str, ...] = ()
 ) -> DataFrame:
     """Parse NDJSON rows (`value`, `_source_file`) against the schema; blank lines dropped, bad ones get a reason.
 
@@ -282,7 +293,7 @@ def reread_bad_lines(spark: SparkSession, source: FileSource, files: list[str], 
         .select("value", F.col("_metadata.file_path").alias(SOURCE_FILE))
         .where(_line_bucket(F.col("value")).isin(buckets))
     )
-    parsed = parse_json_lines(lines, StructType.fromDDL(source.schema), source.options)
+    parsed = parse_json_lines(lines, schema_of(source.schema), source.options)
     return parsed.where(F.col(ERROR).isNotNull())
 
 
@@ -365,7 +376,7 @@ def _truncation_note(raw: Column) -> Column:
     return F.when(length > RAW_KEEP_CHARS, note).otherwise(F.lit(""))
 
 
-def _missing_required(schema: StructType, column) -> Column:
+def _missing_required(schema: StructType, column: Callable[[str], Column]) -> Column:
     """`name TYPE NOT NULL` in the spec's schema: a record without that field (or with null) is quarantined."""
     missing = [
         F.when(column(f.name).isNull(), F.lit(f"field {f.name}: missing or null (declared NOT NULL)"))
@@ -506,11 +517,14 @@ def apply_schema_drift(
     left = F.array_except(F.col(NEW_FIELDS), F.array(*[F.lit(name) for name in added]))
     # Read as the parse read the line (single quotes, comments, ... per the source's options); map<string,string>
     # gives a JSON string's text unquoted and any other value as JSON.
-    as_text = F.from_json(F.col(RAW), "map<string,string>", options) if added else None
+    added_columns = []
+    if added:
+        as_text = F.from_json(F.col(RAW), "map<string,string>", options)
+        added_columns = [as_text.getItem(name).alias(name) for name in added]
     return good.select(
         *[c for c in good.columns if c not in (RESCUED, NEW_FIELDS)],
         F.when(F.size(left) > 0, json_fields(F.col(RAW), left, options, JSON_FUNCTIONS.enabled())).alias(RESCUED),
-        *[as_text.getItem(name).alias(name) for name in added],
+        *added_columns,
     )
 
 

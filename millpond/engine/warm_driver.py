@@ -23,8 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TextIO
 
 from millpond import settings
 from millpond.spec import SpecError
@@ -116,7 +117,7 @@ def request(
     return conn
 
 
-def replies(conn: socket.socket, lake: Path | None = None):
+def replies(conn: socket.socket, lake: Path | None = None) -> Iterator[dict[str, Any]]:
     """The driver's newline-delimited JSON messages until it closes the connection."""
     with conn, conn.makefile("rb") as stream:
         try:
@@ -268,7 +269,7 @@ def _wait_gone(pid: int, seconds: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def _write(stream, text: str) -> None:
+def _write(stream: TextIO, text: str) -> None:
     with contextlib.suppress(BrokenPipeError):
         stream.write(text)
         stream.flush()

@@ -22,7 +22,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from millpond import settings
 from millpond.engine import warm_driver
@@ -41,13 +43,15 @@ RETENTION_CONF = {
 }
 
 
-def jvm_settings(env) -> dict[str, str]:
+def jvm_settings(env: Mapping[str, str]) -> dict[str, str]:
     return {key: (env.get(key) or default).strip().lower() for key, default in JVM_SETTINGS.items()}
 
 
 def log(text: str) -> None:
-    sys.__stderr__.write(f"{datetime.now(UTC).isoformat(timespec='seconds')} warm driver: {text}\n")
-    sys.__stderr__.flush()
+    stderr = sys.__stderr__  # the process's own, not a run's (StreamTo)
+    assert stderr is not None  # the driver is started with one (warm_driver.start)
+    stderr.write(f"{datetime.now(UTC).isoformat(timespec='seconds')} warm driver: {text}\n")
+    stderr.flush()
 
 
 class Connection:
@@ -57,7 +61,7 @@ class Connection:
         self.conn, self.lock = conn, threading.Lock()
         self.in_run = False  # only a client that leaves while its run is going stops the driver
 
-    def send(self, **message) -> None:
+    def send(self, **message: Any) -> None:
         data = json.dumps(message).encode() + b"\n"
         with self.lock:
             try:
@@ -103,7 +107,7 @@ class StreamTo:
 
 
 class WarmDriver:
-    def __init__(self):
+    def __init__(self) -> None:
         from millpond.engine.driver_jit import forced_mode, java_options
         from millpond.engine.session import build_spark_session, driver_jit_in_effect
 
@@ -190,7 +194,9 @@ class WarmDriver:
         try:
             os.chdir(message.get("cwd") or saved_cwd)
             # Another process may have rebuilt or restored a table since the last run: read every log afresh.
-            self.spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+            jvm = self.spark._jvm
+            assert jvm is not None  # a classic session's driver JVM (None only in pyspark's types)
+            jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
             code = runner.main(message["argv"])
         except SystemExit as exc:  # argparse's --help and usage errors
             code = exc.code if isinstance(exc.code, int) else 2

@@ -138,12 +138,14 @@ def test_retention_and_checkpoint_properties_keep_the_delta_rs_path(spark, tmp_p
 
 
 def gold_writer(spark):
-    from millpond.engine.streaming import BatchWriter
+    from millpond.engine.sinks import CompleteOverwriteSink
     from millpond.runs.run_record import RunContext, TableResult
     from millpond.spec import load_pipeline
 
     table = load_pipeline(REPO / "pipelines" / "activity.yaml").tables["gold.device_counts"]
-    return BatchWriter(spark, table, "millpond:test", RunContext("t"), TableResult(table.id, "gold", datetime.now(UTC)))
+    return CompleteOverwriteSink(
+        spark, table, "millpond:test", RunContext("t"), TableResult(table.id, "gold", datetime.now(UTC))
+    )
 
 
 def newest_commit(spark, path) -> tuple[str, int]:

@@ -257,7 +257,8 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     quarantine holds what that read saw, and no file is read again; once the quarantine exists the driver commits
     them (delta-rs), with Delta's `txn` action for the batch as Spark's writes carry it. A batch with a longer bad
     line is read again, and Spark appends to the same table."""
-    from millpond.engine import sources, streaming
+    from millpond.engine import sources
+    from millpond.engine.sinks import landing
 
     folder = lake / "landing" / "activity"
     folder.mkdir(parents=True)
@@ -284,7 +285,7 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     # The quarantine's first write creates it through Spark (with the session's default table properties).
     assert quarantine_commit(0) == ("Apache-Spark", 0, True)
 
-    long_bad = "{" + "x" * streaming.CARRIED_RAW_BYTES  # one line over the carried size: the batch is read again
+    long_bad = "{" + "x" * landing.CARRIED_RAW_BYTES  # one line over the carried size: the batch is read again
     (folder / "c.json").write_text("\n".join([good(5), long_bad, "still not json"]) + "\n")
     assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "reread"]) == 0
     assert reread_files == [["c.json"]]
@@ -295,7 +296,7 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
         "still not json": "not a JSON object",
     }
 
-    monkeypatch.setattr(streaming, "CARRIED_BAD_LINES", 2)  # more bad lines than are carried: read again too
+    monkeypatch.setattr(landing, "CARRIED_BAD_LINES", 2)  # more bad lines than are carried: read again too
     (folder / "d.json").write_text("\n".join(["one", good(6), "two", "three"]) + "\n")
     assert runner.main(["activity", "--tables", "bronze.activity", "--run-id", "many"]) == 0
     assert reread_files == [["c.json"], ["d.json"]]
@@ -314,9 +315,10 @@ def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(
     """A batch whose bad lines are not carried out of its read (here: none is, CARRIED_RAW_BYTES 0) reads them
     again from their files for the quarantine; a file rewritten in between must not put other lines there than the
     ones missing from the table."""
-    from millpond.engine import sources, streaming
+    from millpond.engine import sources
+    from millpond.engine.sinks import landing
 
-    monkeypatch.setattr(streaming, "CARRIED_RAW_BYTES", 0)
+    monkeypatch.setattr(landing, "CARRIED_RAW_BYTES", 0)
 
     folder = lake / "landing" / "activity"
     folder.mkdir(parents=True)
@@ -351,9 +353,10 @@ def test_bad_lines_are_read_again_from_their_own_files_whatever_their_names(spar
     `%`, `#` or non-ASCII letters still give the quarantine each line with the file it came from, and a file removed
     before that read fails the batch naming it (not with Spark's PATH_NOT_FOUND). (No bad line is carried out of
     the first read here, CARRIED_RAW_BYTES 0, so every batch takes that second read.)"""
-    from millpond.engine import sources, streaming
+    from millpond.engine import sources
+    from millpond.engine.sinks import landing
 
-    monkeypatch.setattr(streaming, "CARRIED_RAW_BYTES", 0)
+    monkeypatch.setattr(landing, "CARRIED_RAW_BYTES", 0)
 
     folder = lake / "landing" / "activity"
     folder.mkdir(parents=True)

@@ -22,9 +22,10 @@ import pytest
 import yaml
 
 from millpond.engine import runner
-from millpond.engine.streaming import BatchWriter, RunContext, TableResult
+from millpond.engine.sinks import MergeSink
 from millpond.lake import checkpoints, paths
 from millpond.lake.delta_log import latest_version
+from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import load_pipeline
 from tests.support import REPO
 from tests.support.lake_tables import event_log
@@ -300,17 +301,17 @@ def test_switching_append_and_update_on_a_checkpoint_is_refused_with_the_fix(win
 def test_delta_skips_a_merge_whose_batch_id_it_already_committed(spark, lake):
     """The txnAppId/txnVersion session confs are honoured by MERGE (Delta 4): the replay writes nothing."""
     table = load_pipeline(write_spec_here(lake)).tables["gold.sliding_latest"]
-    writer = BatchWriter(spark, table, "millpond:test", RunContext("t"), TableResult(table.id, "gold", T0))
+    writer = MergeSink(spark, table, "millpond:test", RunContext("t"), TableResult(table.id, "gold", T0))
     path = paths.table_path(table.id)
     first = spark.createDataFrame(
         [(T0, "d1", 1, 10)], "window_start TIMESTAMP, device STRING, readings BIGINT, total BIGINT"
     )
-    writer.write_merged(first, 0)
+    writer.write_batch(first, 0)
     changed = spark.createDataFrame([(T0, "d1", 2, 30), (T0, None, 1, 5)], first.schema)
-    writer.write_merged(changed, 1)
+    writer.write_batch(changed, 1)
     version = latest_version(path)
     replayed = spark.createDataFrame([(T0, "d1", 99, 99)], first.schema)  # what a wrong replay would write
-    writer.write_merged(replayed, 1)
+    writer.write_batch(replayed, 1)
     assert latest_version(path) == version
     rows = {(r.device, r.readings, r.total) for r in spark.read.format("delta").load(str(path)).collect()}
     assert rows == {("d1", 2, 30), (None, 1, 5)}  # merged on the keys, a null group is a group of its own

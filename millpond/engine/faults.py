@@ -1,0 +1,25 @@
+"""The fault points the kill tests use: the run SIGKILLs itself exactly there, as a crash would stop it.
+
+MILLPOND_FAULT=`<table id>:<point>[:<batch id>]` names one point of one table (of one batch, or of every batch).
+The points sit between the commits whose order the exactly-once guarantees depend on (RELIABILITY.md):
+
+    before_write    offsets logged for the batch, nothing written to Delta yet
+    between_writes  the table's rows committed, its quarantine rows not yet
+    after_write     Delta committed, Spark's commit log not yet: the replay must be skipped
+    after_query     every batch committed, millpond's own records of the table not yet
+    after_table     the table finished, the run's event-log row not yet written
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from millpond import settings
+
+
+def inject_fault(table_id: str, point: str, batch_id: int | None = None) -> None:
+    wanted = settings.FAULT.value().split(":")
+    if len(wanted) >= 2 and wanted[0] == table_id and wanted[1] == point:
+        if len(wanted) == 2 or batch_id is None or int(wanted[2]) == batch_id:
+            os.kill(os.getpid(), signal.SIGKILL)
