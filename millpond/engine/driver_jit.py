@@ -3,7 +3,7 @@
 A scheduled run usually reads a few MB, and its time is a cold JVM warming up: on a 2-core machine HotSpot's C2
 compiler threads compete with Spark's task threads for code that runs only once. Stopping at C1
 (`-XX:TieredStopAtLevel=1`) took 17 % off bench B2's incremental run, but made a 1.1 GB full refresh 2.1x
-slower (README "Benchmarks"). So a run whose new input is small gets C1 only; a full refresh, a big backfill, or a
+slower (docs/benchmarks.md). So a run whose new input is small gets C1 only; a full refresh, a big backfill, or a
 run whose input cannot be sized without a JVM (Kafka, a join, a table's first run over an existing table) keeps
 the default tiered JIT. `MILLPOND_DRIVER_JIT` = `quick` or `full` forces either, and `off` starts every JVM with
 HotSpot's own defaults (no option at all): the standard path the JIT choice is compared with (a JIT changes no result).
@@ -27,7 +27,7 @@ QUICK_OPTIONS = "-XX:TieredStopAtLevel=1"
 # Every millpond JVM, driver and executors, in either mode. HotSpot never compiles a method over 8,000 bytecode bytes
 # (DontCompileHugeMethods), and whole-stage codegen fuses a stage's operators into one method: bronze's parse stage
 # is about that size, so a small change to its plan moved it across the limit and made it run interpreted, 35-56 %
-# slower (README "Benchmarks"). Compiled, its size does not matter.
+# slower (docs/benchmarks.md). Compiled, its size does not matter.
 HUGE_METHODS_OPTIONS = "-XX:-DontCompileHugeMethods"
 # Measured on the 2-core bench machine: C1 only saves ~10 s of warm-up per run and costs ~0.24 s per MB parsed
 # (bronze + silver), so it breaks even near 40 MB of new input. Below this, it wins by several seconds.

@@ -1,7 +1,7 @@
 """The fault points the kill tests use: the run SIGKILLs itself exactly there, as a crash would stop it.
 
 MILLPOND_FAULT=`<table id>:<point>[:<batch id>]` names one point of one table (of one batch, or of every batch).
-The points sit between the commits whose order the exactly-once guarantees depend on (RELIABILITY.md):
+The points sit between the commits whose order the exactly-once guarantees depend on (docs/reliability.md):
 
     before_write    offsets logged for the batch, nothing written to Delta yet
     between_writes  the table's rows committed, its quarantine rows not yet

@@ -108,7 +108,7 @@ def apply_stateful(df: DataFrame, stateful: Stateful, output_mode: str) -> DataF
 
     applyInPandasWithState, not transformWithStateInPandas: the state is one row per key whose schema the spec
     declares (so a change is caught before Spark), the function is a plain `module:function` like any transform,
-    and the event-time timeout is the course's GroupState pattern (README "Stateful functions").
+    and the event-time timeout is the course's GroupState pattern (docs/spec.md).
     """
     function = functools.partial(
         call_stateful, load_function(stateful.function), dict(stateful.options), list(stateful.output_columns)

@@ -43,7 +43,7 @@ def base_conf() -> dict[str, str]:
 
 
 # A file-stream batch reaches Spark as its files' explicit paths (FileStreamSource.getBatch), and Spark "lists" more
-# than 32 paths with a Spark job of one task per path: about 1 s of B3's cold 200-file batch (README "Benchmarks"), where
+# than 32 paths with a Spark job of one task per path: about 1 s of B3's cold 200-file batch (docs/benchmarks.md), where
 # the plain batch job reading the folder lists it on the driver. Under a local master those tasks run on the
 # driver's own cores anyway, so it lists there: a stat per file. A cluster keeps Spark's default (an object store's
 # listing is remote).

@@ -2,7 +2,7 @@
 off.
 
 A speed-up never changes a result: each has a differential test that runs it and the standard path on the same
-hostile input and compares rows, quarantines, rescued fields and failures (RELIABILITY.md lists them). Turning one
+hostile input and compares rows, quarantines, rescued fields and failures (docs/reliability.md lists them). Turning one
 off is how a user rules it out when a result looks wrong, and how the benchmarks measure what it buys. The JIT
 choice has its own variable with more values (`MILLPOND_DRIVER_JIT`, millpond.engine.driver_jit; `off` is its standard path).
 """

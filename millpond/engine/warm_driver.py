@@ -1,7 +1,7 @@
 """A driver that stays up between scheduled runs: runs are handed to it instead of each starting a JVM.
 
 Every `millpond run` and every Airflow task otherwise starts a JVM that loads its classes and compiles each
-query's code again; at 1 % new data that is most of a run (README "Benchmarks", B2). With MILLPOND_WARM_DRIVER=on
+query's code again; at 1 % new data that is most of a run (docs/benchmarks.md, B2). With MILLPOND_WARM_DRIVER=on
 a run that has something new hands its arguments and MILLPOND_* settings to the lake's warm driver
 (`millpond/engine/warm_driver_server.py`) over a Unix socket, starting it first if none is up, and streams its output
 back. The run itself is the runner's: same lock, checkpoints, idempotent writes, event log.
