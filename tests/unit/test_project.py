@@ -66,6 +66,7 @@ def test_init_writes_a_project_whose_spec_and_suite_validate(tmp_path, monkeypat
         "spark_jobs/__init__.py",
     ]
     monkeypatch.chdir(project)
+    monkeypatch.delenv("MILLPOND_PROJECT", raising=False)  # a DAG file parsed earlier in this process sets it
     pipelines, problems = validate_all()
     assert problems == [] and [p.name for p in pipelines] == ["orders"]
     pipeline = load_pipeline("orders")

@@ -10,6 +10,7 @@ Every spec in `pipelines/*.yaml` becomes one DAG (dag id = pipeline name), built
 - **Per-table results**: `run_summary` XComs (key = table id) and
   `$MILLPOND_LAKE/_system/runs/<pipeline>/<run id>.json`.
 - **Trigger params**: `full_refresh` = tables to rebuild from their source (downstream tables are rebuilt too).
+- **A spec that does not load** becomes a paused DAG of its own listing its problems; the others still load.
 """
 
 from pathlib import Path
