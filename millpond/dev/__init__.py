@@ -1,0 +1,1 @@
+"""Things for trying millpond and testing it, not for production: sample landing data and a local Kafka broker."""
