@@ -1,15 +1,15 @@
 """What runs in the Spark driver: a pipeline's tables as streaming queries, in dependency order, in one application.
 
-    runner.py       the entry point (`main(argv)`; `millpond run`, spark-submit from Airflow)
-    session.py      the one SparkSession builder; jars.py the jars every application ships
-    sources.py      streaming reads: landing folders (malformed lines kept), upstream Delta tables, Kafka
-    plan.py         a table's spec -> its streaming DataFrame (pure: no reads or writes)
-    streaming.py    the one streaming contract: query name, checkpoint, trigger, awaitTermination
-    sinks/          the foreachBatch write of each strategy (append, complete, merge, gated, landing, Kafka)
-    quality.py      the data-quality gate with Great Expectations (write-audit-publish per micro-batch)
-    progress.py     every micro-batch's progress, printed and recorded
-    preview.py      `millpond preview`: a table's micro-batches on the terminal, nothing written
-    faults.py       the fault points the kill tests stop a run at
-    driver_jit.py, speedups.py   the speed-ups and the settings that switch them off
-    warm_driver.py, warm_driver_server.py   the opt-in driver that stays up between runs
+runner.py       the entry point (`main(argv)`; `millpond run`, spark-submit from Airflow)
+session.py      the one SparkSession builder; jars.py the jars every application ships
+sources.py      streaming reads: landing folders (malformed lines kept), upstream Delta tables, Kafka
+plan.py         a table's spec -> its streaming DataFrame (pure: no reads or writes)
+streaming.py    the one streaming contract: query name, checkpoint, trigger, awaitTermination
+sinks/          the foreachBatch write of each strategy (append, complete, merge, gated, landing, Kafka)
+quality.py      the data-quality gate with Great Expectations (write-audit-publish per micro-batch)
+progress.py     every micro-batch's progress, printed and recorded
+preview.py      `millpond preview`: a table's micro-batches on the terminal, nothing written
+faults.py       the fault points the kill tests stop a run at
+driver_jit.py, speedups.py   the speed-ups and the settings that switch them off
+warm_driver.py, warm_driver_server.py   the opt-in driver that stays up between runs
 """
