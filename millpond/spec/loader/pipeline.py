@@ -118,7 +118,7 @@ class PipelineLoader(SourceLoader, TableLoader):
             description=str(top.get("description", "")),
             catchup=self.boolean("catchup", top.get("catchup", False)),
             retries=self.count("retries", top.get("retries", 2), minimum=0),
-            tags=tuple(str(t) for t in top.get("tags") or ()),
+            tags=self.tags(top.get("tags")),
             owner=str(top.get("owner", "millpond")),
             shuffle_partitions=self.count("shuffle_partitions", top.get("shuffle_partitions", 2), minimum=1),
             sources=sources,
@@ -127,6 +127,15 @@ class PipelineLoader(SourceLoader, TableLoader):
         if self.problems:
             raise SpecError(self.problems)
         return pipeline
+
+    def tags(self, raw: Any) -> tuple[str, ...]:
+        """Airflow's DAG tags: a list of words (`tags: 0` or `tags: nightly` would otherwise crash or split letters)."""
+        if raw is None:
+            return ()
+        if not isinstance(raw, list) or not all(isinstance(t, str | int | float) for t in raw):
+            self.problem("tags", f"expected a list of tags, got {raw!r}", "write e.g. tags: [sales, hourly]")
+            return ()
+        return tuple(str(t) for t in raw)
 
     def schedule(self, value: Any) -> str:
         text = str(value or "").strip()

@@ -1302,3 +1302,14 @@ def test_a_lookup_loads_as_a_dimension_that_is_no_upstream(tmp_path):
     source = pipeline.sources["landing.campaigns"]
     assert source.static and source.format == "delta" and source.schema == ""
     assert not load_pipeline("clicks").sources["landing.impressions"].static
+
+
+@pytest.mark.parametrize("tags", [0, "nightly", {"a": 1}, [["nested"]]])
+def test_tags_that_are_not_a_list_of_words_name_the_field_and_fix(tmp_path, tags):
+    text = problems_for(tmp_path, lambda s: s.update(tags=tags))
+    assert_problem(text, "tags", "expected a list of tags", "write e.g. tags: [sales, hourly]")
+
+
+def test_tags_load_as_words(tmp_path):
+    spec = {**copy.deepcopy(ACTIVITY), "tags": ["sales", 2026]}
+    assert load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake").tags == ("sales", "2026")
