@@ -4,6 +4,8 @@ small local runs."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -66,10 +68,6 @@ def build_spark_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
-        # Python workers unpickle a transform by its module path in the project (spark-submit ships it as py-files).
-        project = str(settings.project_root())
-        if project not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), project]))
         builder = builder.master(master or settings.SPARK_MASTER.value())
         builder = builder.config("spark.jars", ",".join(jars.spark_jars()))
         builder = builder.config("spark.ui.enabled", settings.SPARK_UI.value())
@@ -81,11 +79,34 @@ def build_spark_session(
     for key, value in base_conf().items():
         builder = builder.config(key, value)
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    spark = builder.getOrCreate()
+    with project_on_workers_path():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.SPARK_LOG_LEVEL.raw() or "ERROR")
     if (spark.sparkContext.master or "").startswith("local"):  # pyspark types it optional; a context has one
         spark.conf.set(LISTING_THRESHOLD, str(LOCAL_LISTING_THRESHOLD))
     return spark
+
+
+@contextmanager
+def project_on_workers_path() -> Iterator[None]:
+    """The project folder on the PYTHONPATH of the JVM this process launches, and so of its Python workers, which
+    unpickle a transform by its module path in the project (spark-submit ships the project as py-files instead).
+
+    Set only while the JVM starts: the JVM keeps its copy of the environment, and this process's own environment is
+    left as it was, so the processes it starts later (Airflow, a second project) do not import the project's folder.
+    """
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: the JVM is already up
+        yield
+        return
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [before, str(settings.project_root())]))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def driver_jit_in_effect(spark: SparkSession) -> str:
