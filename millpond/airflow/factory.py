@@ -41,13 +41,22 @@ log = logging.getLogger(__name__)
 INGEST_LAYERS = ("bronze", "silver")
 
 
-def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
-    """One DAG per spec: schedule, dates, retries and tags come from the spec; the task graph is fixed."""
+REPROCESS_SUFFIX = "__reprocess"
+
+
+def build_dag(pipeline: Pipeline, module_doc: str = "", reprocessing: bool = False) -> DAG:
+    """One DAG per spec: schedule, dates, retries and tags come from the spec; the task graph is fixed.
+
+    `reprocessing`: the spec's second DAG, `<pipeline>__reprocess`, the same tasks on its `reprocess_schedule`: a
+    backfill of it reprocesses one (coarser) interval per run, e.g. a day of an hourly pipeline. Its scheduled runs
+    only drain what is new, like the main DAG's (usually nothing: no JVM), under the same pipeline lock.
+    """
     tables = list(pipeline.tables)
     ingest_tables = [t for t in tables if pipeline.tables[t].layer in INGEST_LAYERS]
     gold_tables = pipeline.layer_tables("gold")
     suites = {t.id: t.expectations for t in pipeline.tables.values() if t.expectations}
-    schedule: Any = "@once" if pipeline.schedule == "@once" else CronDataIntervalTimetable(pipeline.schedule, "UTC")
+    cron = pipeline.reprocess_schedule if reprocessing and pipeline.reprocess_schedule else pipeline.schedule
+    schedule: Any = "@once" if cron == "@once" else CronDataIntervalTimetable(cron, "UTC")
     # A pipeline whose Kafka address is not set here would fail every run: created paused, and the UI says why.
     unset = unset_environment(pipeline)
     paused_why = (
@@ -72,8 +81,13 @@ def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
         )
         if part
     )
+    if reprocessing:
+        doc += (
+            f"\n\nThe tasks of `{pipeline.name}` on a coarser schedule ({cron}): backfill this DAG to reprocess one "
+            f"{cron} interval per run. Its scheduled runs only drain what is new."
+        )
     with DAG(
-        dag_id=pipeline.name,
+        dag_id=pipeline.name + (REPROCESS_SUFFIX if reprocessing else ""),
         schedule=schedule,
         start_date=datetime.combine(pipeline.start_date, datetime.min.time(), tzinfo=UTC),
         catchup=pipeline.catchup,
@@ -95,6 +109,13 @@ def build_dag(pipeline: Pipeline, module_doc: str = "") -> DAG:
                 title="Full refresh",
                 description="Tables to rebuild from their source (checkpoint, data and quarantine dropped); "
                 "tables reading them are rebuilt too. Empty: a normal incremental run.",
+            ),
+            "reprocess": Param(
+                None,
+                type=["null", "boolean"],
+                title="Reprocess the data interval",
+                description="Rebuild the rows whose event time lies in this run's data interval from the landing "
+                "files as they are now, after draining what is new. Empty: " + "yes for a backfill run, no otherwise.",
             ),
         },
         render_template_as_native_obj=False,
@@ -183,16 +204,20 @@ def build_all(module_doc: str = "", project: Path | None = None) -> dict[str, DA
     dags = {}
     for path in all_spec_paths():
         try:
-            dag = build_dag(load_pipeline(path), module_doc)
+            pipeline = load_pipeline(path)
+            built = [build_dag(pipeline, module_doc)]
+            if pipeline.reprocess_schedule:
+                built.append(build_dag(pipeline, module_doc, reprocessing=True))
             # Airflow's own checks, which the DagBag runs next: there a failure is an import error of the DAG file
             # that names no spec (e.g. a five-field cron the loader let through with a field out of range).
-            dag.validate()
+            for dag in built:
+                dag.validate()
         except SpecError as exc:
             problems = exc.problems
         except Exception as exc:
             problems = [f"{path}: Airflow refuses the DAG: {type(exc).__name__}: {exc}. Fix: correct the spec"]
         else:
-            dags[dag.dag_id] = dag
+            dags.update({dag.dag_id: dag for dag in built})
             continue
         log.error(
             "Pipeline spec %s does not load; its DAG is paused and lists the problems:\n%s", path, "\n".join(problems)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -95,6 +96,10 @@ class MillpondSparkSubmitOperator(BaseOperator):
         self._hook: MillpondSparkSubmitHook | None = None
 
     def execute(self, context: Any) -> None:
+        interval = reprocess_interval(context)
+        self.application_args = [*self.application_args, "--reprocess", interval or "none"]
+        if interval:
+            self.log.info("Reprocessing the data interval %s (docs/reprocess.md)", interval)
         if self.run_without_spark():
             return
         master = spark_master(self._conn_id)
@@ -197,6 +202,27 @@ class MillpondSparkSubmitOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
+
+
+def reprocess_interval(context: Any) -> str | None:
+    """`START/END` when this run reprocesses its data interval, else None.
+
+    The run's `reprocess` param (its conf) decides; unset, a backfill run reprocesses (it exists to redo its
+    interval) and other runs drain what is new.
+    """
+    chosen = (context.get("params") or {}).get("reprocess")
+    if chosen is None:
+        run_type = getattr(context["dag_run"], "run_type", "")
+        chosen = str(getattr(run_type, "value", run_type)).lower() == "backfill"
+    if not chosen:
+        return None
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if not start or not end:
+        raise AirflowException(
+            "this run reprocesses its data interval, but it has none. Fix: trigger it with a logical date (the UI's "
+            'trigger form, or `logical_date` in the REST call), or set {"reprocess": false} in its conf'
+        )
+    return f"{start.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}/{end.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
 # ---------------------------------------------------------------------------------------------- light tasks

@@ -8,6 +8,9 @@ The points sit between the commits whose order the exactly-once guarantees depen
     after_write     Delta committed, Spark's commit log not yet: the replay must be skipped
     after_query     every batch committed, millpond's own records of the table not yet
     after_table     the table finished, the run's event-log row not yet written
+    before_replace  a reprocess: every slice computed and validated, this table's replacement not committed yet
+    between_replaces  a reprocess: the table's slice committed, its quarantine's part not yet
+    after_replace   a reprocess: the table's slice and quarantine committed, the next table's not yet
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class GateReport:
     suite: str
     run_id: str
     batch_id: int
-    mode: str  # run | check
+    mode: str  # run | reprocess | check
     element_count: int
     outcomes: list[RuleOutcome]
     report_path: str
@@ -243,7 +243,7 @@ class Gate:
         """Record the validated batch: history + index page, and (runs only) the validation_results Delta table."""
         reports.record(report.entry())
         print(reports.summary_text(report.entry()), flush=True)
-        if self.mode != "run":
+        if self.mode == "check":
             return
         values = [
             (

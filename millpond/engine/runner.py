@@ -15,13 +15,21 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from millpond.engine import driver_jit, speedups, warm_driver
-from millpond.lake import checkpoints, file_sink_log, paths
+from millpond.lake import checkpoints, file_sink_log, paths, pending_reprocess
 from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.runs import event_log
 from millpond.runs.run_record import RunContext, TableResult, cli_run_id
 from millpond.spec import LAYERS, FileSource, Pipeline, SpecError, Table, environment_problems, load_pipeline
+from millpond.spec.reprocess import ReprocessPlan, parse_interval, plan_reprocess
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from millpond.engine.progress import ProgressListener
+    from millpond.engine.streaming import TableFailed
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -33,6 +41,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--full-refresh",
         default="",
         help="comma-separated tables to rebuild from their source (their downstream tables are rebuilt too)",
+    )
+    parser.add_argument(
+        "--reprocess",
+        default=None,
+        metavar="START/END",
+        help="rebuild the rows whose event time is in [START, END) in every table of the run from the landing files "
+        "as they are now, after draining what is new (ISO-8601 instants, e.g. 2026-11-01T02:00:00Z/2026-11-01T03:00:00Z;"
+        " `none`: no reprocess)",
     )
     parser.add_argument("--run-id", default=None, help="the orchestrator's run id (default: manual__<utc time>)")
     parser.add_argument("--trigger", default="manual", help="what started the run: manual, scheduled, backfill")
@@ -121,6 +137,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
         unset = environment_problems(pipeline, tables)  # `${KAFKA_BOOTSTRAP}`-style settings
         if unset:
             raise SpecError(unset)
+        plan = reprocess_plan(pipeline, tables, args)
         driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
         speedups.check_settings()
         hand_over = spark_allowed and warm_driver.wanted()
@@ -130,7 +147,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     run_id = args.run_id or cli_run_id()
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
-            code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed and not hand_over)
+            code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed and not hand_over, plan)
     except PipelineBusy as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 3
@@ -142,6 +159,34 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     return code
 
 
+def reprocess_plan(pipeline: Pipeline, tables: list[str], args: argparse.Namespace) -> ReprocessPlan | None:
+    """The run's reprocess plan (None without --reprocess); every reason it cannot run is a SpecError, before the
+    lock and the JVM: a table that cannot be rebuilt by interval, or an interval a watermark has not closed."""
+    if not args.reprocess or args.reprocess.lower() == "none":
+        return unfinished_reprocess(pipeline, tables)
+    interval = parse_interval(args.reprocess)
+    if args.full_refresh:
+        raise SpecError(["--reprocess and --full-refresh: choose one (a full refresh already rebuilds every interval)"])
+    plan = plan_reprocess(pipeline, tables, interval)
+    if not plan.slices and not set(plan.rebuilds) & pending_reprocess.owed(pipeline.name):
+        # Only complete-mode tables (Airflow's gold task), none owed: the interval changed nothing upstream of them,
+        # so they already equal a from-scratch computation; a plain run (maybe without a JVM) keeps them so.
+        print(f"millpond: reprocess {interval.text}: no slice upstream changed; a plain run of {', '.join(tables)}")
+        return None
+    return plan
+
+
+def unfinished_reprocess(pipeline: Pipeline, tables: list[str]) -> ReprocessPlan | None:
+    """The oldest unfinished reprocess owing some of the run's tables (millpond.lake.pending_reprocess), as a plan
+    for those tables: the run finishes it before anything else. Its interval passed the watermark check already."""
+    for entry in pending_reprocess.pending(pipeline.name):
+        owed = [t for t in tables if t in entry["tables"]]
+        if owed:
+            print(f"millpond: finishing the reprocess of {entry['interval']} for {', '.join(owed)} first")
+            return plan_reprocess(pipeline, owed, parse_interval(entry["interval"]))
+    return None
+
+
 def _run_locked(
     pipeline: Pipeline,
     tables: list[str],
@@ -149,10 +194,11 @@ def _run_locked(
     args: argparse.Namespace,
     run_id: str,
     spark_allowed: bool,
+    plan: ReprocessPlan | None = None,
 ) -> int:
     quarantine = tuple(gated_tables_to_quarantine(pipeline, args))
     run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end, quarantine)
-    idle = None if refresh or quarantine else results_if_nothing_new(pipeline, tables)
+    idle = None if refresh or quarantine or plan else results_if_nothing_new(pipeline, tables)
     if idle is not None:
         # An Airflow task asks in its own process (spark_allowed=False): that process's age is not this run's.
         phases = {"launch": seconds_since_launch()} if spark_allowed else {}
@@ -197,21 +243,15 @@ def _run_locked(
     if launching:
         print(driver_jit_line(jit, driver_jit_in_effect(spark), compiles_huge_methods(spark)), flush=True)
     results: list[TableResult] = []
-    failed = None
-    with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
-        for table_id in tables:
+    failed: str | None = None
+    refused: list[str] = []
+
+    def run_tables(table_ids: list[str], listener: ProgressListener) -> None:
+        nonlocal failed
+        for table_id in table_ids:
             table = pipeline.tables[table_id]
             if failed:
-                results.append(
-                    TableResult(
-                        table_id,
-                        table.layer,
-                        datetime.now(UTC),
-                        ended_at=datetime.now(UTC),
-                        outcome="skipped",
-                        error=f"upstream run stopped at {failed}",
-                    )
-                )
+                results.append(skipped_result(table, failed))
                 continue
             waiting = nothing_to_read(pipeline, table)
             if waiting:  # asked again here: an upstream table of this run may just have written its first version
@@ -222,20 +262,79 @@ def _run_locked(
                 result = run_table(spark, pipeline, table, run, table_id in refresh, listener)
             except TableFailed as exc:
                 failed = table_id
-                result = exc.result or TableResult(
-                    table_id,
-                    table.layer,
-                    datetime.now(UTC),
-                    ended_at=datetime.now(UTC),
-                    outcome="failed",
-                    error=str(exc),
-                )
-                gate_failed = result.outcome == "gate_failed"
-                print(f"millpond: {gate_failure_text(pipeline, result) if gate_failed else exc}", file=sys.stderr)
+                result = failed_result(pipeline, table, exc)
+            if plan and table_id in refresh:
+                result.reprocess_start, result.reprocess_end = plan.interval.start, plan.interval.end
+                if result.outcome == "succeeded":  # rebuilt whole: right for every interval owed
+                    pending_reprocess.done(pipeline.name, None, table_id)
             results.append(result)
             print(format_result(result), flush=True)
+
+    with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
+        if plan is None:
+            run_tables(tables, listener)
+        else:  # drain what is new, replace the interval's slices, then rebuild the complete-mode tables
+            print(f"millpond: reprocess {plan.interval.text}: first, what is new", flush=True)
+            run_tables([t for t in tables if t not in plan.rebuilds], listener)
+            if not failed:
+                failed, refused = reprocess_slices(spark, pipeline, plan, run, results)
+            owed = pending_reprocess.owed(pipeline.name)
+            rebuilds = [t for t in plan.rebuilds if t in owed]
+            if rebuilds and not failed:
+                print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
+                reset_tables(pipeline, rebuilds)
+                refresh = rebuilds
+            run_tables(list(plan.rebuilds), listener)  # the others only drain: nothing upstream of them changed
     phases.update({r.table: r.seconds for r in results})
-    return record_run(pipeline, run, results, phases, args, batch_rows(pipeline.name, run.run_id, listener))
+    code = record_run(
+        pipeline, run, results, phases, args, batch_rows(pipeline.name, run.run_id, listener), bool(refused)
+    )
+    return 2 if refused else code
+
+
+def reprocess_slices(
+    spark: SparkSession, pipeline: Pipeline, plan: ReprocessPlan, run: RunContext, results: list[TableResult]
+) -> tuple[str | None, list[str]]:
+    """Replace the plan's slices (millpond.engine.reprocess): (the failed table's id or None, refusals)."""
+    from millpond.engine.reprocess import Refused, replace_slices
+    from millpond.engine.streaming import TableFailed
+
+    by_table = {r.table: r for r in results}
+    failed: str | None = None
+    refused: list[str] = []
+    try:
+        replace_slices(spark, pipeline, plan, run, by_table)
+    except TableFailed as exc:
+        result = failed_result(pipeline, pipeline.tables[exc.table_id], exc)
+        by_table[exc.table_id] = result
+        failed = exc.table_id
+    except Refused as exc:
+        refused, failed = exc.problems, "the watermark check"
+        print("millpond: reprocess refused:\n" + "\n".join(refused), file=sys.stderr)
+    for result in by_table.values():
+        if result not in results:
+            results.append(result)
+    for result in results:
+        if result.table in plan.slices and not refused:
+            print(format_result(result), flush=True)
+    return failed, refused
+
+
+def skipped_result(table: Table, failed: str) -> TableResult:
+    now = datetime.now(UTC)
+    return TableResult(
+        table.id, table.layer, now, ended_at=now, outcome="skipped", error=f"upstream run stopped at {failed}"
+    )
+
+
+def failed_result(pipeline: Pipeline, table: Table, exc: TableFailed) -> TableResult:
+    """The failed table's result (the exception's, or a new one), its error printed as the user acts on it."""
+    result = exc.result or TableResult(
+        table.id, table.layer, datetime.now(UTC), ended_at=datetime.now(UTC), outcome="failed", error=str(exc)
+    )
+    gate_failed = result.outcome == "gate_failed"
+    print(f"millpond: {gate_failure_text(pipeline, result) if gate_failed else exc}", file=sys.stderr)
+    return result
 
 
 def driver_jit_for(argv: list[str]) -> driver_jit.DriverJit:
@@ -352,6 +451,7 @@ def record_run(
     phases: dict[str, float],
     args: argparse.Namespace,
     batches: list[dict] | None = None,
+    refused: bool = False,
 ) -> int:
     """Event log, query progress and run summary, then the exit code: the tables are committed (or not) already."""
     failed = next((r.table for r in results if r.outcome in ("failed", "gate_failed")), None)
@@ -371,7 +471,14 @@ def record_run(
             file=sys.stderr,
         )
         return 1
-    print(f"millpond: run {run.run_id} {'FAILED at ' + failed if failed else 'succeeded'}; summary {summary}")
+    outcome = (
+        "FAILED at " + failed
+        if failed
+        else "drained what was new; its reprocess was REFUSED"
+        if refused
+        else "succeeded"
+    )
+    print(f"millpond: run {run.run_id} {outcome}; summary {summary}")
     for result in results:
         if result.gate:
             print(

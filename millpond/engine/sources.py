@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -61,7 +61,7 @@ def read_table_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> 
         kafka = pipeline.sources[table.source]
         assert isinstance(kafka, KafkaSource)  # and Kafka sources `kafka.<name>`
         return read_kafka(spark, kafka)
-    return read_delta_stream(spark, table, table.source)
+    return read_delta_stream(spark, table, table.source, pipeline)
 
 
 def read_join_source(spark: SparkSession, table: Table) -> DataFrame | None:
@@ -132,29 +132,39 @@ def schema_of(ddl: str) -> StructType:
     return cast(StructType, StructType.fromDDL(ddl))
 
 
-def read_delta_stream(spark: SparkSession, table: Table, upstream: str) -> DataFrame:
+def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline: Pipeline | None = None) -> DataFrame:
+    """An upstream table's new rows. An append table of the pipeline is read with `skipChangeCommits`: its only
+    commits that remove rows are a reprocess's slice replacements (millpond.engine.reprocess), which replace this
+    table's slice too, so reading them would count the interval twice."""
     reader = spark.readStream.format("delta").options(**table.rate_limit.reader_options())
+    source = pipeline.tables.get(upstream) if pipeline else None
+    if source is not None and source.output_mode != "complete" and not source.merges:
+        reader = reader.option("skipChangeCommits", "true")
     return reader.load(str(paths.table_path(upstream)))
 
 
-def read_landing(spark: SparkSession, source: FileSource) -> DataFrame:
+def read_landing(spark: SparkSession, source: FileSource, files: list[str] | None = None) -> DataFrame:
     """New files of a landing folder, one row per record, with `_source_file`, `_raw` and `_error`.
 
     Files whose names start with `.` or `_` are skipped by Spark's file source: writers land a file under a
-    hidden temporary name and rename it when complete, so a half-written file is never read.
+    hidden temporary name and rename it when complete, so a half-written file is never read. With `files` (paths
+    Spark's file source logged), those files are read in batch with the same parse: what a reprocess reads again.
     """
     schema = schema_of(source.schema)
-    options = {"maxFileAge": _MAX_FILE_AGE, **source.rate_limit.reader_options()}
-    location = str(paths.landing_path(source.path))
+    options: dict[str, str] = {"maxFileAge": _MAX_FILE_AGE, **source.rate_limit.reader_options()}
+    location: str | list[str] = str(paths.landing_path(source.path))
+    reader: Any = spark.readStream
+    if files is not None:
+        reader, location, options = spark.read, files, {}
     if source.format == "json":
-        lines = spark.readStream.format("text").options(**options).load(location)
+        lines = reader.format("text").options(**options).load(location)
         return parse_json_lines(
             lines.select("value", F.col("_metadata.file_path").alias(SOURCE_FILE)), schema, source.options
         )
     if source.format == "csv":
         csv_options = {"header": "true", **source.options}
         raw = (
-            spark.readStream.format("csv")
+            reader.format("csv")
             .schema(_nullable(schema).add(_CORRUPT, "string"))
             .options(**csv_options, **options)
             .option("mode", "PERMISSIVE")
@@ -169,7 +179,7 @@ def read_landing(spark: SparkSession, source: FileSource) -> DataFrame:
             F.when(bad, _csv_reason(schema, csv_options)).otherwise(_missing_required(schema, F.col)).alias(ERROR),
         )
     # parquet carries its own types: nothing can be malformed at the line level.
-    typed_stream = spark.readStream.format("parquet").schema(_nullable(schema)).options(**options).load(location)
+    typed_stream = reader.format("parquet").schema(_nullable(schema)).options(**options).load(location)
     return typed_stream.select(
         "*",
         F.col("_metadata.file_path").alias(SOURCE_FILE),

@@ -17,12 +17,14 @@ import hashlib
 import json
 import os
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from millpond.lake import file_sink_log, paths
 from millpond.lake.delta_log import latest_version
 from millpond.spec import GLOB_CHARACTERS, GLOB_SHOWN, FileSource, Pipeline, Table
+from millpond.spec.reprocess import ReprocessPlan
 
 SHAPE_FILE = "millpond.json"
 INPUT_FILE = "millpond-input.json"  # what the source looked like when the table last finished a run
@@ -310,3 +312,56 @@ def _show(value: Any) -> str:
 
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
+
+
+def seen_files(pipeline: Pipeline, table: Table) -> list[str]:
+    """Every file the table's file source has logged as read (URIs as Spark wrote them), from its seen-files log:
+    the newest `N.compact` holds every entry up to N, later batches one file each. What a reprocess may read again:
+    a file landed since the stream's last batch is the next run's, read once by the stream."""
+    log = paths.checkpoint_path(pipeline.name, table.id) / "sources" / "0"
+    files = log_files(log)
+    compacts = [f for f in files if f.name.endswith(".compact")]
+    start = _batch_id(compacts[-1]) if compacts else -1
+    found: list[str] = []
+    for log_file in files:
+        if _batch_id(log_file) < start or (_batch_id(log_file) == start and not log_file.name.endswith(".compact")):
+            continue
+        for line in log_file.read_text(encoding="utf-8").splitlines()[1:]:
+            if line.strip():
+                found.append(json.loads(line)["path"])
+    return sorted(set(found))
+
+
+def watermark(pipeline: Pipeline, table: Table) -> datetime | None:
+    """The event-time watermark the table's latest batch ran with (Spark's offsets log), or None before any batch."""
+    offsets = log_files(paths.checkpoint_path(pipeline.name, table.id) / "offsets")
+    if not offsets:
+        return None
+    lines = offsets[-1].read_text(encoding="utf-8").splitlines()
+    millis = json.loads(lines[1]).get("batchWatermarkMs", 0) if len(lines) > 1 else 0
+    return datetime.fromtimestamp(millis / 1000, UTC)
+
+
+def open_intervals(pipeline: Pipeline, plan: ReprocessPlan) -> dict[str, str]:
+    """The plan's stateful slice tables whose watermark has not passed the interval's end, each with the refusal
+    a reprocess gives when the interval holds rows (docs/reprocess.md).
+
+    Such a table's live query still holds the interval's keys in its state: a row of the interval arriving later
+    would be deduplicated against keys the reprocess may have removed, or let through beside keys it added. An
+    interval with no rows, before or after, has no keys in any state, so it is not refused.
+    """
+    found = {}
+    for table_id in plan.slices:
+        table = pipeline.tables[table_id]
+        if not (table.watermark and table.is_stateful):
+            continue
+        mark = watermark(pipeline, table)
+        if mark is not None and mark < plan.interval.end:  # None: no batch yet, so no state to disagree with
+            found[table_id] = (
+                f"{table_id}: the interval ends at {plan.interval.end:%Y-%m-%dT%H:%M:%SZ}, after the table's "
+                f"watermark {mark:%Y-%m-%dT%H:%M:%SZ} ({table.watermark.column} minus {table.watermark.delay}): rows "
+                "of the interval may still arrive, and the live query would check them against keys this reprocess "
+                "replaces. Nothing was replaced. Fix: reprocess an interval ending at or before the watermark, or "
+                "wait until later data moves it past the interval's end"
+            )
+    return found

@@ -6,6 +6,7 @@ its checkpoint              -> $MILLPOND_LAKE/_checkpoints/<pipeline>/silver.act
 its streaming query name    -> <pipeline>.silver.activity
 event log                   -> $MILLPOND_LAKE/_system/event_log
 pipeline lock               -> $MILLPOND_LAKE/_system/locks/<pipeline>.lock
+unfinished reprocess        -> $MILLPOND_LAKE/_system/reprocess/<pipeline>.json
 """
 
 from __future__ import annotations

@@ -39,6 +39,9 @@ COLUMNS = (
     ("host", "string"),
     ("watermark", "timestamp"),
     ("processed_rows_per_second", "double"),
+    ("reprocess_start", "timestamp"),
+    ("reprocess_end", "timestamp"),
+    ("rows_replaced", "bigint"),
 )
 
 # `_system/query_progress`: one row per micro-batch, from Spark's StreamingQueryListener (millpond/engine/progress.py).

@@ -65,6 +65,11 @@ class TableResult:
     nothing_yet: str | None = None
     watermark: datetime | None = None  # event-time watermark after the run's last batch (tables with a watermark)
     processed_rows_per_second: float | None = None  # input rows over the batches' summed durations
+    # A reprocess (`millpond run --reprocess`): the event-time interval rebuilt and the rows its slice held before
+    # (rows_written: after); a complete-mode table rebuilt whole names the interval that caused it.
+    reprocess_start: datetime | None = None
+    reprocess_end: datetime | None = None
+    rows_replaced: int | None = None
 
     def record_gate(self, report: GateReport) -> None:
         """Fold one validated batch into the table's gate summary (the run summary and the Airflow gate read it)."""

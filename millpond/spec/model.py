@@ -77,6 +77,10 @@ class FileSource:
     # A dimension: read whole, in batch, by each run of a table that looks it up (`lookup:`); never streamed, so it
     # has no checkpoint and no quarantine, and a change to it is not new input (docs/spec.md).
     static: bool = False
+    # The column holding each record's event time, and the folder layout of the landing files by that time (e.g.
+    # `date=YYYY-MM-DD/hour=HH`): what `millpond run --reprocess START/END` rebuilds and reads (docs/reprocess.md).
+    event_time: str | None = None
+    layout: str | None = None
 
     @property
     def id(self) -> str:
@@ -290,6 +294,9 @@ class Pipeline:
     schedule: str
     start_date: date
     description: str = ""
+    # A second DAG, `<pipeline>__reprocess`, on this (coarser) schedule: each of its runs reprocesses its data
+    # interval, so a daily backfill of an hourly pipeline rebuilds one day per run (docs/reprocess.md).
+    reprocess_schedule: str | None = None
     catchup: bool = False
     retries: int = 2
     tags: tuple[str, ...] = ()

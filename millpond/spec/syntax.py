@@ -77,3 +77,21 @@ def ddl_parts(text: str) -> list[str]:
 def ddl_columns(text: str) -> tuple[str, ...]:
     """Column names of a DDL string ('a STRING, b BIGINT' -> ('a', 'b'))."""
     return tuple(part.split(None, 1)[0].strip("`") for part in ddl_parts(text) if part.split())
+
+
+def ddl_types(text: str) -> list[tuple[str, str]]:
+    """(name, base type in lower case) of each column of a DDL string ('a STRING' -> [('a', 'string')])."""
+    found = []
+    for part in ddl_parts(text):
+        pieces = part.replace("`", "").split(None, 1)
+        if len(pieces) == 2:
+            found.append((pieces[0], pieces[1].split("<")[0].split("(")[0].split()[0].lower()))
+    return found
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    """' (did you mean X?)' when a choice is close to the word, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(word, choices, n=1) or [c for c in choices if c.lower() == word.lower()]
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -50,10 +50,11 @@ def well_formed(line: str) -> dict | None:
     return record
 
 
-def activity_reference(landing: Path) -> ActivityReference:
+def activity_reference(landing: Path, recursive: bool = False) -> ActivityReference:
+    """`recursive`: the files of the landing folder's subfolders too (a source with a `layout`)."""
     lines = [
         line
-        for path in sorted(landing.glob("*.json"))
+        for path in sorted(landing.rglob("*.json") if recursive else landing.glob("*.json"))
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
         if line.strip()
     ]

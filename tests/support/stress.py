@@ -42,13 +42,13 @@ FAULT_POINTS = [
 ]
 
 
-def start_run(lake: Path, fault: str | None = None) -> subprocess.Popen:
+def start_run(lake: Path, fault: str | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
     env = {**os.environ, "MILLPOND_LAKE": str(lake)}
     env.pop("MILLPOND_FAULT", None)
     if fault:
         env["MILLPOND_FAULT"] = fault
     return subprocess.Popen(
-        [MILLPOND, "run", "activity"],
+        [MILLPOND, "run", "activity", *args],
         env=env,
         start_new_session=True,
         stdout=subprocess.PIPE,

@@ -74,6 +74,7 @@ class PipelineLoader(SourceLoader, TableLoader):
                 "pipeline": True,
                 "description": False,
                 "schedule": True,
+                "reprocess_schedule": False,
                 "start_date": True,
                 "catchup": False,
                 "retries": False,
@@ -114,6 +115,7 @@ class PipelineLoader(SourceLoader, TableLoader):
             name=name,
             spec_path=self.path,
             schedule=self.schedule(top.get("schedule")),
+            reprocess_schedule=self.reprocess_schedule(top.get("reprocess_schedule"), sources),
             start_date=self.start_date(top.get("start_date")),
             description=str(top.get("description", "")),
             catchup=self.boolean("catchup", top.get("catchup", False)),
@@ -142,6 +144,23 @@ class PipelineLoader(SourceLoader, TableLoader):
         if text in SCHEDULE_PRESETS or len(text.split()) == 5:
             return text
         self.problem("schedule", f"{text!r} is not a schedule", "use a 5-field cron ('0 * * * *') or @hourly/@daily")
+        return text
+
+    def reprocess_schedule(self, value: Any, sources: dict[str, Any]) -> str | None:
+        """A second DAG's schedule whose every run reprocesses its data interval (docs/reprocess.md)."""
+        if value is None:
+            return None
+        text = str(value).strip()
+        if not (text in SCHEDULE_PRESETS or len(text.split()) == 5) or text == "@once":
+            self.problem(
+                "reprocess_schedule", f"{text!r} is not a schedule", "use a 5-field cron ('0 0 * * *') or @daily"
+            )
+        if not any(getattr(s, "event_time", None) for s in sources.values()):
+            self.problem(
+                "reprocess_schedule",
+                "no source declares an event_time, so there is nothing to reprocess by interval",
+                "add 'event_time: <a TIMESTAMP column>' to the landing source",
+            )
         return text
 
     def start_date(self, value: Any) -> date:

@@ -18,7 +18,8 @@ from millpond.spec.model import (
     FileSource,
     KafkaSource,
 )
-from millpond.spec.syntax import NAME, TOPIC
+from millpond.spec.reprocess import layout_problem
+from millpond.spec.syntax import NAME, TOPIC, ddl_types, did_you_mean
 
 
 class SourceLoader(KafkaLoader):
@@ -37,6 +38,8 @@ class SourceLoader(KafkaLoader):
                 "rate_limit": False,
                 "schema_drift": False,
                 "static": False,
+                "event_time": False,
+                "layout": False,
             },
         )
         if not NAME.match(name):
@@ -75,6 +78,7 @@ class SourceLoader(KafkaLoader):
         path = str(spec.get("path", ""))
         self.lake_path(f"{where}.path", path)
         drift = self.schema_drift(f"{where}.schema_drift", fmt, spec.get("schema_drift"))
+        event_time, layout = self.event_time(where, spec, str(schema or ""), static)
         if not spec:
             return None
         return FileSource(
@@ -86,7 +90,48 @@ class SourceLoader(KafkaLoader):
             rate_limit=self.rate_limit(f"{where}.rate_limit", spec.get("rate_limit")),
             schema_drift=drift,
             static=static,
+            event_time=event_time,
+            layout=layout,
         )
+
+    def event_time(self, where: str, spec: dict[str, Any], schema: str, static: bool) -> tuple[str | None, str | None]:
+        """A streamed source's event-time column (a TIMESTAMP of its schema) and landing layout, checked here."""
+        column, layout = spec.get("event_time"), spec.get("layout")
+        if column is None and layout is None:
+            return None, None
+        if static:
+            self.problem(
+                f"{where}.event_time",
+                "a static source is read whole each run: it has no event time to reprocess by",
+                "remove event_time and layout, or drop 'static: true'",
+            )
+            return None, None
+        if column is None:
+            self.problem(
+                f"{where}.layout",
+                "a layout maps event time to folders, so it needs the source's event_time",
+                "add 'event_time: <a TIMESTAMP column of the schema>'",
+            )
+            return None, None
+        types = {name.lower(): kind for name, kind in ddl_types(schema)}
+        kind = types.get(str(column).lower())
+        if kind is None:
+            self.problem(
+                f"{where}.event_time",
+                f"{column!r} is not a column of the source's schema",
+                "name a TIMESTAMP column of 'schema:'" + did_you_mean(str(column), [n for n, _ in ddl_types(schema)]),
+            )
+        elif kind != "timestamp":
+            self.problem(
+                f"{where}.event_time",
+                f"{column!r} is {kind.upper()}, not TIMESTAMP",
+                "declare it TIMESTAMP in 'schema:' (an ISO-8601 string parses)",
+            )
+        if layout is not None:
+            problem = layout_problem(str(layout))
+            if problem:
+                self.problem(f"{where}.layout", problem, "write it like 'date=YYYY-MM-DD/hour=HH' or 'YYYY/MM/DD'")
+        return str(column), (str(layout).strip("/") if layout is not None else None)
 
     def kafka_source(self, name: str, raw: Any) -> KafkaSource | None:
         where = f"sources.{name}"

@@ -68,7 +68,10 @@ def test_dag_files_import_without_errors_quickly_and_without_heavy_modules():
     ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["errors"] == {}
-    assert result["dags"] == sorted(p.stem for p in all_spec_paths())
+    specs = [load_pipeline(p) for p in all_spec_paths()]
+    assert result["dags"] == sorted(
+        [p.name for p in specs] + [f"{p.name}__reprocess" for p in specs if p.reprocess_schedule]
+    )
     assert result["heavy"] == [], "DAG parsing imported heavy modules"
     assert result["seconds"] < 20, f"parsing took {result['seconds']:.1f}s (airflow import included)"
 
@@ -284,7 +287,7 @@ def test_a_broken_spec_shows_its_problems_and_hides_no_other_pipelines_dag(monke
     with caplog.at_level(logging.ERROR, logger="millpond.airflow.factory"):
         bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == ["activity", "orders"]
+    assert sorted(bag.dags) == ["activity", "activity__reprocess", "orders"]
     good = bag.dags["activity"]
     assert task_graph(good) == PIPELINE_GRAPH and good.is_paused_upon_creation is None
     assert good.get_task("gold").application_args[:3] == ["activity", "--layers", "gold"]
@@ -327,3 +330,38 @@ def test_a_spec_airflow_refuses_names_its_file_not_the_dag_file(monkeypatch, tmp
     assert task_graph(dag) == {"spec_problems": []}
     assert f"{pipelines_dir / 'activity.yaml'}: Airflow refuses the DAG: " in dag.description
     assert "[61 * * * *] is not acceptable" in dag.description
+
+
+def test_a_backfill_run_reprocesses_its_interval_unless_its_conf_says_no():
+    from airflow.sdk.exceptions import AirflowException
+
+    from millpond.airflow.operators import reprocess_interval
+
+    def context(run_type, reprocess=None, interval=True):
+        from datetime import UTC, datetime
+
+        values = {
+            "dag_run": SimpleNamespace(run_type=SimpleNamespace(value=run_type)),
+            "params": {"reprocess": reprocess},
+        }
+        if interval:
+            values |= {
+                "data_interval_start": datetime(2026, 11, 1, 1, tzinfo=UTC),
+                "data_interval_end": datetime(2026, 11, 2, 1, tzinfo=UTC),
+            }
+        return values
+
+    assert reprocess_interval(context("backfill")) == "2026-11-01T01:00:00Z/2026-11-02T01:00:00Z"
+    assert reprocess_interval(context("backfill", reprocess=False)) is None
+    assert reprocess_interval(context("scheduled")) is None
+    assert reprocess_interval(context("manual", reprocess=True)) == "2026-11-01T01:00:00Z/2026-11-02T01:00:00Z"
+    with pytest.raises(AirflowException, match="has none. Fix: trigger it with a logical date"):
+        reprocess_interval(context("manual", reprocess=True, interval=False))
+
+
+def test_a_reprocess_schedule_adds_a_dag_with_the_same_tasks_on_that_schedule(dagbag):
+    daily = dagbag.dags["activity__reprocess"]
+    assert task_graph(daily) == task_graph(dagbag.dags["activity"]) == PIPELINE_GRAPH
+    assert daily.timetable.expression == "0 0 * * *"
+    assert daily.get_task("ingest").application_args[0] == "activity"  # the same pipeline, its lock and tables
+    assert dagbag.dags["activity"].params["reprocess"] is None

@@ -1,0 +1,312 @@
+"""Replace an event-time interval's rows in a pipeline's tables with what the landing files hold now.
+
+The runner calls this between draining what is new (the standard streaming path, so a file added for the interval
+is read once, by the stream, and logged as seen) and rebuilding the complete-mode tables (a full refresh from a new
+checkpoint, reading the upstream's snapshot). Here, in dependency order:
+
+1. every slice is computed and materialised: a landing table's from the files its stream has logged as read (those
+   of the interval's layout folders, or all of them), parsed exactly as the stream parses; a downstream table's
+   from its upstream's rows of the interval as they will be (kept rows plus the new slice), through the same plan
+   (transform, dedup) and the same gate;
+2. a blocking gate failure stops here: nothing is written;
+3. each table gets ONE Delta commit replacing its slice (`replaceWhere`), and its quarantine one more.
+
+The live streams reading a table skip these commits (see _replace): a downstream table's own slice is replaced by
+this run, and reading the change again would count it twice. A rerun after a crash
+recomputes the same slices from the same files and replaces them again: idempotent by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from millpond.engine import sources
+from millpond.engine.faults import inject_fault
+from millpond.engine.plan import plan_table
+from millpond.engine.streaming import TableFailed, gate_message
+from millpond.lake import checkpoints, paths, pending_reprocess
+from millpond.lake.delta_log import latest_version as delta_version
+from millpond.runs.run_record import RunContext, TableResult
+from millpond.spec import Pipeline, Table
+from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders
+
+# The reprocess's commits, as Delta's history shows them (`userMetadata`).
+COMMIT_NOTE = "millpond reprocess {interval} run {run_id}"
+
+
+class Refused(RuntimeError):
+    """The interval is not closed by a stateful table's watermark and holds rows: nothing was replaced."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class Slice:
+    """One table's new rows for the interval, what they replace, and its quarantine's part."""
+
+    table: Table
+    rows: DataFrame
+    condition: str  # replaceWhere of the table: the rows this slice replaces
+    quarantine: DataFrame | None = None
+    quarantine_condition: str | None = None  # None: the quarantine is replaced whole
+    files_read: int = 0
+
+
+def replace_slices(
+    spark: SparkSession, pipeline: Pipeline, plan: ReprocessPlan, run: RunContext, results: dict[str, TableResult]
+) -> None:
+    """Compute, validate, then commit every slice of the plan; `results` (by table id) get the counts.
+
+    Raises TableFailed naming the table: before any commit when a slice cannot be computed or its gate blocks.
+    """
+    interval = plan.interval
+    refusals = checkpoints.open_intervals(pipeline, plan)
+    slices: dict[str, Slice] = {}
+    for table_id, column in plan.slices.items():
+        table = pipeline.tables[table_id]
+        result = results.setdefault(table_id, TableResult(table_id, table.layer, datetime.now(UTC)))
+        result.reprocess_start, result.reprocess_end = interval.start, interval.end
+        try:
+            if table.reads_landing:
+                piece = landing_slice(spark, pipeline, plan, table, column, run)
+            else:
+                piece = derived_slice(spark, pipeline, table, column, interval, slices.get(table.source))
+                if piece and table_id in refusals and _holds_rows(spark, piece):
+                    raise Refused([refusals[table_id]])
+                piece = gated(spark, pipeline, piece, run, result) if piece else None
+        except (TableFailed, Refused):
+            raise
+        except Exception as exc:  # a Spark error reading or planning the slice: name the table, nothing written
+            result.outcome, result.error = "failed", f"reprocess of {interval.text}: {_first_line(exc)}"
+            result.ended_at = datetime.now(UTC)
+            raise TableFailed(table_id, result.error, result) from exc
+        if piece is None:  # nothing was ever written or read: nothing to replace
+            result.rows_replaced = result.rows_replaced or 0
+            continue
+        slices[table_id] = piece
+    changing = {t: p for t, p in slices.items() if _changes(spark, p)}
+    for table_id in slices.keys() - changing.keys():
+        results[table_id].rows_replaced = results[table_id].rows_replaced or 0
+        print(f"millpond: {table_id}: reprocessed {interval.text}: no row of the interval before or after", flush=True)
+    if not changing:
+        return
+    # Owed: each changing slice, and every table reading one (its stream skips the replacement).
+    pending_reprocess.begin(pipeline.name, interval.text, pipeline.downstream(list(changing)))
+    for table_id, piece in changing.items():
+        commit(spark, piece, interval, run, results[table_id])
+        pending_reprocess.done(pipeline.name, interval.text, table_id)
+
+
+def landing_slice(
+    spark: SparkSession, pipeline: Pipeline, plan: ReprocessPlan, table: Table, column: str, run: RunContext
+) -> Slice | None:
+    """The interval's rows of a landing table from the files its stream has read, as they are now (None: the table
+    does not exist and there is nothing to read)."""
+    source = plan.source_of(pipeline, table.id)
+    assert source is not None  # plan_reprocess: a landing table
+    interval = plan.interval
+    root = paths.landing_path(source.path)
+    seen = checkpoints.seen_files(pipeline, table)
+    local = {uri: unquote(urlparse(uri).path) for uri in seen}
+    folders = [str(root / folder) + "/" for folder in layout_folders(source.layout, interval)] if source.layout else []
+    wanted = [path for path in local.values() if not folders or path.startswith(tuple(folders))]
+    present = sorted(path for path in wanted if Path(path).is_file())
+    in_interval = F.expr(interval.slice_sql(column))
+    path = str(paths.table_path(table.id))
+    if present:
+        planned = plan_table(sources.read_landing(spark, source, present), table)
+        good = _shape_for_drift(spark, pipeline, table, planned.where(F.col(sources.ERROR).isNull()), path)
+        dropped = {sources.RAW, sources.ERROR, sources.LINE_BUCKET, sources.NEW_FIELDS}
+        now = F.lit(datetime.now(UTC)).cast("timestamp")
+        rows = good.select(*[c for c in good.columns if c not in dropped], now.alias("_ingested_at")).where(in_interval)
+        bad = planned.where(F.col(sources.ERROR).isNotNull()).select(
+            F.col(sources.RAW).alias("raw"),
+            F.col(sources.SOURCE_FILE).alias("source_file"),
+            F.col(sources.ERROR).alias("reason"),
+            F.lit("parse").alias("rule"),
+            F.lit(run.run_id).alias("run_id"),
+            now.alias("quarantined_at"),
+        )
+    elif delta_version(Path(path)) >= 0:
+        rows = spark.read.format("delta").load(path).limit(0)
+        bad = None
+    else:
+        return None
+    rows = rows.localCheckpoint(eager=True)  # fixed now: files may change before the commit
+    bad = bad.localCheckpoint(eager=True) if bad is not None else None
+    condition = interval.slice_sql(column)
+    quarantine_condition = None
+    if folders:  # only the layout's folders were read: the rest of the interval's rows stay as they are
+        read_now = _names(rows, sources.SOURCE_FILE) | (_names(bad, "source_file") if bad is not None else set())
+        files = _files_under(spark, path, sources.SOURCE_FILE, folders, F.expr(condition)) | read_now
+        condition += " AND " + _in_list(sources.SOURCE_FILE, files)
+        quarantine = str(paths.quarantine_path(table.id))
+        held = (
+            _files_under(spark, quarantine, "source_file", folders) if delta_version(Path(quarantine)) >= 0 else set()
+        )
+        quarantine_condition = _in_list("source_file", held | read_now)
+    return Slice(table, rows, condition, bad, quarantine_condition, len(present))
+
+
+def derived_slice(
+    spark: SparkSession, pipeline: Pipeline, table: Table, column: str, interval: Interval, upstream: Slice | None
+) -> Slice | None:
+    """The interval's rows of a table downstream of a slice: the upstream's rows of the interval as they will be
+    after its commit, through the table's own plan (transform, dedup: batch semantics of the same operators)."""
+    rows_of_interval = F.expr(interval.slice_sql(column))
+    if delta_version(paths.table_path(table.source)) < 0 or delta_version(paths.table_path(table.id)) < 0:
+        return None  # the upstream has no rows yet, or this table was never written: its next run reads them all
+    before = spark.read.format("delta").load(str(paths.table_path(table.source))).where(rows_of_interval)
+    if upstream is not None:
+        kept = before.where(~F.expr(upstream.condition))
+        before = kept.unionByName(upstream.rows, allowMissingColumns=True)
+    rows = plan_table(before, table).where(rows_of_interval)
+    return Slice(table, rows.localCheckpoint(eager=True), interval.slice_sql(column))
+
+
+def gated(spark: SparkSession, pipeline: Pipeline, piece: Slice, run: RunContext, result: TableResult) -> Slice:
+    """The table's suite on the whole new slice: a blocking failure raises before anything of the run is
+    written; rows of `drop` rules (and of `fail` ones under --quarantine-failures) go to the quarantine."""
+    if not piece.table.expectations:
+        return piece
+    if piece.rows.isEmpty():  # nothing to validate; rows set aside for the interval before are replaced by none
+        return Slice(piece.table, piece.rows, piece.condition, *_empty_quarantine(spark, piece))
+    from millpond.engine.quality import Gate
+
+    quarantines = piece.table.id in run.quarantine_failures
+    gate = Gate(spark, pipeline.name, piece.table, run.run_id, quarantine_failures=quarantines, mode="reprocess")
+    report = gate.validate(piece.rows, 0)
+    if report.blocking:
+        gate.publish(report)
+        result.record_gate(report)
+        result.outcome, result.ended_at = "gate_failed", datetime.now(UTC)
+        result.error = gate_message(piece.table, result)
+        raise TableFailed(piece.table.id, result.error, result)
+    good, bad = gate.split(piece.rows, report)
+    if bad is not None:
+        bad = bad.localCheckpoint(eager=True)
+        report.rows_dropped = bad.count()
+    gate.publish(report)
+    result.record_gate(report)
+    empty, condition = _empty_quarantine(spark, piece)
+    return Slice(piece.table, good.localCheckpoint(eager=True), piece.condition, bad or empty, condition)
+
+
+def _empty_quarantine(spark: SparkSession, piece: Slice) -> tuple[DataFrame | None, str]:
+    """No set-aside rows (None when the table has no quarantine yet), and which quarantine rows are the interval's:
+    a set-aside row keeps the table's row as JSON in `raw`, so its event time is read from there."""
+    quarantine = paths.quarantine_path(piece.table.id)
+    empty = spark.read.format("delta").load(str(quarantine)).limit(0) if delta_version(quarantine) >= 0 else None
+    column = piece.condition.split("`")[1]
+    raw_time = f"CAST(get_json_object(raw, '$.{column}') AS TIMESTAMP)"
+    return empty, piece.condition.replace(f"`{column}`", raw_time)
+
+
+def commit(spark: SparkSession, piece: Slice, interval: Interval, run: RunContext, result: TableResult) -> None:
+    """One commit replacing the table's slice, then one replacing its quarantine's part (if it has one)."""
+    table_id = piece.table.id
+    path, quarantine = paths.table_path(table_id), paths.quarantine_path(table_id)
+    note = COMMIT_NOTE.format(interval=interval.text, run_id=run.run_id)
+    replaced = spark.read.format("delta").load(str(path)).where(piece.condition).count()
+    written = piece.rows.count()
+    inject_fault(table_id, "before_replace")
+    _replace(piece.rows, path, piece.condition, note, replaces=replaced > 0)
+    result.rows_replaced = (result.rows_replaced or 0) + replaced
+    result.rows_written += written
+    quarantined = piece.quarantine.count() if piece.quarantine is not None else 0
+    if piece.quarantine is not None and (quarantined or delta_version(quarantine) >= 0):
+        inject_fault(table_id, "between_replaces")
+        result.rows_quarantined += quarantined
+        _replace(piece.quarantine, quarantine, piece.quarantine_condition, note)
+    result.version_after = delta_version(path)
+    result.ended_at = datetime.now(UTC)
+    if result.outcome == "running":
+        result.outcome = "succeeded"
+    print(
+        f"millpond: {table_id}: reprocessed {interval.text}: {replaced} row(s) replaced by {written}"
+        + (f" from {piece.files_read} file(s)" if piece.table.reads_landing else ""),
+        flush=True,
+    )
+    inject_fault(table_id, "after_replace")
+
+
+def _replace(rows: DataFrame, path: Path, condition: str | None, note: str, replaces: bool = True) -> None:
+    """One commit replacing the rows matching `condition` (all rows when None) that the live streams skip.
+
+    Delta's streaming source reads only commits that add rows; the streams reading a sliced table use
+    `skipChangeCommits` (sources.read_delta_stream), so a commit that also removes rows is skipped whole. A slice
+    that replaces no row would be a pure append, which they would read: it is written with `dataChange=false`
+    instead (Delta refuses that flag on a replaceWhere with data filters, so only then).
+    """
+    writer = rows.write.format("delta").option("userMetadata", note).option("mergeSchema", "true")
+    if delta_version(path) < 0:
+        writer.mode("append").save(str(path))  # nothing to replace, and no stream has read the table yet
+    elif not replaces:
+        writer.mode("append").option("dataChange", "false").save(str(path))
+    elif condition is None:
+        writer.mode("overwrite").save(str(path))
+    else:
+        writer.mode("overwrite").option("replaceWhere", condition).save(str(path))
+
+
+def _changes(spark: SparkSession, piece: Slice) -> bool:
+    """Whether committing the slice would change anything: rows (or quarantined lines) before or after."""
+    if _holds_rows(spark, piece) or (piece.quarantine is not None and not piece.quarantine.isEmpty()):
+        return True
+    quarantine = paths.quarantine_path(piece.table.id)
+    if piece.quarantine is None or delta_version(quarantine) < 0:
+        return False
+    held = spark.read.format("delta").load(str(quarantine))
+    return not (held.where(piece.quarantine_condition) if piece.quarantine_condition else held).isEmpty()
+
+
+def _holds_rows(spark: SparkSession, piece: Slice) -> bool:
+    """Whether the interval has rows in the table, before or after the replacement."""
+    if not piece.rows.isEmpty():
+        return True
+    return not spark.read.format("delta").load(str(paths.table_path(piece.table.id))).where(piece.condition).isEmpty()
+
+
+def _shape_for_drift(spark: SparkSession, pipeline: Pipeline, table: Table, good: DataFrame, path: str) -> DataFrame:
+    """The source's `schema_drift` policy, as the stream's writer applies it (sinks.landing)."""
+    if sources.NEW_FIELDS not in good.columns:
+        return good
+    source = pipeline.sources[table.source]
+    existing = spark.read.format("delta").load(path).columns if delta_version(Path(path)) >= 0 else []
+    return sources.apply_schema_drift(good, source, str(pipeline.spec_path), existing)
+
+
+def _files_under(
+    spark: SparkSession, path: str, column: str, folders: list[str], where: object | None = None
+) -> set[str]:
+    """The distinct file names a table's rows hold (as stored) whose local path lies in one of the folders."""
+    frame = spark.read.format("delta").load(path)
+    if where is not None:
+        frame = frame.where(where)  # type: ignore[arg-type]
+    names = [r[0] for r in frame.select(column).distinct().collect() if r[0]]
+    return {name for name in names if unquote(urlparse(name).path).startswith(tuple(folders))}
+
+
+def _names(frame: DataFrame, column: str) -> set[str]:
+    """The file names a slice's rows carry, as this read wrote them (they must satisfy the replaceWhere)."""
+    return {r[0] for r in frame.select(column).distinct().collect() if r[0]}
+
+
+def _in_list(column: str, values: set[str]) -> str:
+    if not values:
+        return "false"
+    quoted = ", ".join("'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'" for value in sorted(values))
+    return f"`{column}` IN ({quoted})"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:2000] if text else type(exc).__name__

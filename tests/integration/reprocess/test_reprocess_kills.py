@@ -1,0 +1,61 @@
+"""SIGKILL a real `millpond run --reprocess` at each of its commit points, then rerun (a reprocess, or a plain
+scheduled run, which finishes the unfinished reprocess first): every table equals the plain-Python reference over
+the landing files as they are now, and later files are ingested exactly once."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
+from millpond.lake import pending_reprocess
+from tests.support.lake_tables import assert_matches_reference
+from tests.support.reference import activity_reference
+from tests.support.stress import assert_nothing_left, start_run
+
+pytestmark = pytest.mark.integration
+
+HOUR_1 = ("--reprocess", "2026-11-01T01:00:00Z/2026-11-01T02:00:00Z")
+FILES_PER_HOUR = 3600 // SECONDS_PER_FILE
+
+
+def run(lake: Path, fault: str | None = None, args: tuple[str, ...] = HOUR_1) -> None:
+    proc = start_run(lake, fault, args)
+    out, _ = proc.communicate(timeout=600)
+    if fault:
+        assert proc.returncode == -signal.SIGKILL, (
+            f"expected a SIGKILL at {fault}, got {proc.returncode}:\n{out[-3000:]}"
+        )
+        assert_nothing_left(proc)
+    else:
+        assert proc.returncode == 0, out[-3000:]
+
+
+def redeliver_hour_1(landing: Path, seed: int) -> None:
+    activity_files(landing, FILES_PER_HOUR, 50, duplicates=0.1, malformed=0.05, seed=seed, start_index=FILES_PER_HOUR)
+
+
+@pytest.mark.parametrize(
+    "faults, rerun",
+    [
+        (("bronze.activity:before_replace", "bronze.activity:between_replaces"), HOUR_1),
+        (("bronze.activity:after_replace", "silver.activity:before_replace"), ()),  # a plain run finishes it
+        (("silver.activity:after_replace", "gold.device_counts:after_write"), ()),
+    ],
+)
+def test_a_killed_reprocess_rerun_equals_the_reference(spark, lake, faults, rerun):
+    landing = lake / "landing" / "activity"
+    activity_files(landing, 4 * FILES_PER_HOUR, 50, duplicates=0.05, malformed=0.02, seed=1)
+    run(lake, args=())
+    redeliver_hour_1(landing, seed=5)
+    for fault in faults:
+        run(lake, fault)
+    assert pending_reprocess.pending("activity")  # recorded before the first replacement
+    run(lake, args=rerun)
+    assert_matches_reference(spark, activity_reference(landing))
+    assert not pending_reprocess.pending("activity")
+    activity_files(landing, 2, 50, seed=9, start_index=4 * FILES_PER_HOUR)
+    run(lake, args=())
+    assert_matches_reference(spark, activity_reference(landing))

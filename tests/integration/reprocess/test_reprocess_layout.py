@@ -1,0 +1,50 @@
+"""A source with a landing `layout`: a reprocess reads only its interval's folders, and the rest stays as it was."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
+from millpond.engine import runner
+from tests.support import REPO
+from tests.support.lake_tables import assert_matches_reference, read
+from tests.support.reference import activity_reference
+
+pytestmark = pytest.mark.integration
+
+FILES_PER_HOUR = 3600 // SECONDS_PER_FILE
+
+
+def land_hour(landing: Path, hour: int, seed: int) -> None:
+    folder = landing / "date=2026-11-01" / f"hour={hour:02d}"
+    activity_files(
+        folder, FILES_PER_HOUR, 40, duplicates=0.05, malformed=0.03, seed=seed, start_index=hour * FILES_PER_HOUR
+    )
+
+
+def test_a_reprocess_reads_only_the_interval_folders_of_its_layout(spark, lake, tmp_path, capsys):
+    spec = (REPO / "pipelines" / "activity.yaml").read_text()
+    spec = spec.replace("event_time: Recorded_At", "event_time: Recorded_At\n    layout: date=YYYY-MM-DD/hour=HH")
+    assert "layout:" in spec
+    path = tmp_path / "activity.yaml"
+    path.write_text(spec)
+    landing = lake / "landing" / "activity"
+    for hour in range(4):
+        land_hour(landing, hour, seed=hour)
+    assert runner.main([str(path), "--run-id", "first"]) == 0
+    assert_matches_reference(spark, activity_reference(landing, recursive=True))
+    hour_0 = sorted(map(str, read(spark, "bronze.activity").where("Recorded_At < '2026-11-01 01:00:00'").collect()))
+
+    land_hour(landing, 1, seed=11)  # hour 1 corrected, same names
+    capsys.readouterr()
+    assert runner.main([str(path), "--reprocess", "2026-11-01T01:00:00Z/2026-11-01T02:00:00Z"]) == 0
+    said = capsys.readouterr().out
+    assert re.search(r"bronze.activity: reprocessed .*: \d+ row\(s\) replaced by \d+ from 12 file\(s\)", said), said
+    assert_matches_reference(spark, activity_reference(landing, recursive=True))
+    assert (
+        sorted(map(str, read(spark, "bronze.activity").where("Recorded_At < '2026-11-01 01:00:00'").collect()))
+        == hour_0
+    )
