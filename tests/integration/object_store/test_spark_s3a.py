@@ -1,0 +1,47 @@
+"""Spark and Delta on an s3a:// lake against a real S3 server (s3proxy): appends, reads and an availableNow file
+stream whose checkpoint lives in the bucket, in a process that starts its JVM for that lake as a run does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(s3_bucket):
+    s3 = s3_bucket.client()
+    for i in range(2):
+        body = json.dumps({"id": i, "name": f"n{i}"}) + "\n"
+        s3.put_object(Bucket=s3_bucket.name, Key=f"landing/f{i}.json", Body=body.encode())
+    lake = s3_bucket.location("lake").url
+    env = {**os.environ, "MILLPOND_LAKE": lake, "PYSPARK_PYTHON": sys.executable}
+    landing = s3_bucket.location("landing").url
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.s3a_roundtrip", "--landing", landing],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert s3_bucket.access.secret_key not in done.stdout + done.stderr  # never printed, never logged
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["rows"] == [[i, i * 10] for i in range(8)]
+    assert result["versions"] == [0, 1]
+    # run 1 takes both files, run 2 only the late one, run 3 finds nothing and commits nothing
+    assert result["stream_runs"] == [{"rows": 2, "versions": 1}, {"rows": 3, "versions": 2}, {"rows": 3, "versions": 2}]
+    assert result["streamed"] == [[0, "n0"], [1, "n1"], [99, "late"]]
+    assert "hadoop-aws-3.5.0.jar" in result["jars"]
+    keys = s3_bucket.keys("lake/")
+    assert "lake/appended/_delta_log/00000000000000000001.json" in keys
+    assert "lake/streamed/_delta_log/00000000000000000001.json" in keys
+    assert {"lake/_checkpoints/streamed/commits/0", "lake/_checkpoints/streamed/commits/1"} <= set(keys)
+    print("s3a timings (s):", result["seconds"])
