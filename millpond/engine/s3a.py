@@ -73,8 +73,20 @@ def s3a_conf(access: S3Access | None = None) -> dict[str, str]:
     return conf
 
 
-def session_additions() -> tuple[list[str], dict[str, str]]:
-    """The jars and settings a session adds for the lake: none for a local lake."""
+def launch_conf(master: str) -> dict[str, str]:
+    """How the s3a jars reach a JVM this process launches for an object-store lake ({} for a local lake).
+
+    Under a local master, the driver's own classpath: the executors run in the driver's JVM, and a jar in
+    `spark.jars` would be copied into the run's temporary folder by the executor (600 MB per run). A cluster's
+    executors get them through `spark.jars` instead."""
     if not lake_on_object_store():
-        return [], {}
-    return s3a_jars(), s3a_conf()
+        return {}
+    found = s3a_jars()
+    if master.startswith("local"):
+        return {"spark.driver.extraClassPath": os.pathsep.join(found)}
+    return {"spark.jars": ",".join(found)}
+
+
+def session_conf() -> dict[str, str]:
+    """The session settings for the lake: s3a's for an object-store lake, {} for a local one."""
+    return s3a_conf() if lake_on_object_store() else {}

@@ -29,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     spark = build_spark_session("millpond-s3a-roundtrip")
     seconds: dict[str, float] = {"session": time.monotonic() - started}
-    result: dict[str, object] = {"seconds": seconds, "jars": spark.conf.get("spark.jars", "")}
+    result: dict[str, object] = {
+        "seconds": seconds,
+        "jars": spark.conf.get("spark.jars", ""),
+        "classpath": spark.conf.get("spark.driver.extraClassPath", ""),
+    }
     try:
         table = f"{lake}/appended"
         t = time.monotonic()

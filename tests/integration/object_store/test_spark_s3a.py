@@ -39,7 +39,7 @@ def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(s3_bucket):
     # run 1 takes both files, run 2 only the late one, run 3 finds nothing and commits nothing
     assert result["stream_runs"] == [{"rows": 2, "versions": 1}, {"rows": 3, "versions": 2}, {"rows": 3, "versions": 2}]
     assert result["streamed"] == [[0, "n0"], [1, "n1"], [99, "late"]]
-    assert "hadoop-aws-3.5.0.jar" in result["jars"]
+    assert "hadoop-aws-3.5.0.jar" in result["classpath"] and "hadoop-aws" not in result["jars"]
     keys = s3_bucket.keys("lake/")
     assert "lake/appended/_delta_log/00000000000000000001.json" in keys
     assert "lake/streamed/_delta_log/00000000000000000001.json" in keys

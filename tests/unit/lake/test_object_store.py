@@ -75,11 +75,21 @@ def test_spark_settings_for_s3a_never_carry_a_credential():
 
 def test_a_local_lake_adds_no_jar_and_no_setting_to_spark(monkeypatch, tmp_path):
     monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
-    assert s3a.session_additions() == ([], {})
+    assert s3a.launch_conf("local[2]") == {} and s3a.session_conf() == {}
     monkeypatch.setenv("MILLPOND_LAKE", "s3a://bucket/lake")
     monkeypatch.setenv("MILLPOND_S3A_JARS", str(tmp_path / "none"))
     with pytest.raises(RuntimeError, match="Fix: in a millpond checkout run `make s3a-jars`"):
-        s3a.session_additions()
+        s3a.launch_conf("local[2]")
+
+
+def test_s3a_jars_join_a_local_drivers_classpath_and_ship_to_a_cluster(monkeypatch, tmp_path):
+    for name in (s3a.HADOOP_AWS, "bundle-2.35.4.jar"):
+        (tmp_path / name).write_bytes(b"")
+    monkeypatch.setenv("MILLPOND_S3A_JARS", str(tmp_path))
+    monkeypatch.setenv("MILLPOND_LAKE", "s3://bucket/lake")
+    local = s3a.launch_conf("local[2]")
+    assert list(local) == ["spark.driver.extraClassPath"] and s3a.HADOOP_AWS in local["spark.driver.extraClassPath"]
+    assert list(s3a.launch_conf("spark://127.0.0.1:7077")) == ["spark.jars"]
 
 
 def test_delta_rs_gets_the_endpoint_and_plain_http_only_when_asked():
