@@ -168,3 +168,24 @@ def delta_rs_options(access: S3Access | None = None) -> dict[str, str]:
     if access.endpoint:
         options |= {"AWS_ENDPOINT_URL": access.endpoint, "AWS_ALLOW_HTTP": str(access.http).lower()}
     return options
+
+
+def landed_objects(location: S3Location, access: S3Access | None = None) -> list[tuple[str, int, int]]:
+    """Every object Spark's file source would list under `location`, as checkpoints.landed_files gives a local
+    folder's files: (path relative to it, size, modification time in ns). A name part starting with `.` or `_` is
+    hidden, as Spark hides it; directory markers (keys ending in `/`) are not files. One recursive listing through
+    pyarrow's S3 filesystem, no JVM."""
+    from pyarrow.fs import FileSelector, FileType
+
+    filesystem = arrow_filesystem(access)
+    base = location.arrow_path
+    selector = FileSelector(base, allow_not_found=True, recursive=True)
+    found = []
+    for info in filesystem.get_file_info(selector):
+        relative = info.path[len(base) :].lstrip("/")
+        if info.type != FileType.File or not relative or relative.endswith("/"):
+            continue
+        if any(part.startswith((".", "_")) for part in relative.split("/")):
+            continue
+        found.append((relative, int(info.size or 0), int(info.mtime_ns or 0)))
+    return sorted(found)
