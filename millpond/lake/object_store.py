@@ -156,11 +156,11 @@ def arrow_filesystem(access: S3Access | None = None) -> S3FileSystem:
 
 
 def delta_rs_options(access: S3Access | None = None) -> dict[str, str]:
-    """delta-rs (`deltalake`) storage options. Unsafe rename is allowed because millpond's lease keeps one writer
-    per pipeline (millpond/lake/lease.py); delta-rs would otherwise refuse to commit to S3 without a locking
-    provider."""
+    """delta-rs (`deltalake`) storage options. Commits are conditional PUTs (`aws_conditional_put=etag`: a log
+    entry is created only if absent) rather than delta-rs's default of refusing S3 without a DynamoDB lock; AWS S3,
+    MinIO and s3proxy 3.0.0 honour them."""
     access = access or S3Access.from_environment()
-    options = {"AWS_REGION": access.region, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    options = {"AWS_REGION": access.region, "aws_conditional_put": "etag"}
     if access.access_key and access.secret_key:
         options |= {"AWS_ACCESS_KEY_ID": access.access_key, "AWS_SECRET_ACCESS_KEY": access.secret_key}
     if access.session_token:

@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from deltalake import DeltaTable
 
+from millpond.lake.object_store import delta_rs_options
 from tests.support import REPO
 
 pytestmark = pytest.mark.integration
@@ -44,4 +46,7 @@ def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(s3_bucket):
     assert "lake/appended/_delta_log/00000000000000000001.json" in keys
     assert "lake/streamed/_delta_log/00000000000000000001.json" in keys
     assert {"lake/_checkpoints/streamed/commits/0", "lake/_checkpoints/streamed/commits/1"} <= set(keys)
+    # the no-JVM side (status, event log) reads what Spark wrote
+    appended = DeltaTable(f"s3://{s3_bucket.name}/lake/appended", storage_options=delta_rs_options())
+    assert appended.version() == 1 and sorted(appended.to_pyarrow_table()["id"].to_pylist()) == list(range(8))
     print("s3a timings (s):", result["seconds"])

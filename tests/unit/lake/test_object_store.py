@@ -95,4 +95,5 @@ def test_s3a_jars_join_a_local_drivers_classpath_and_ship_to_a_cluster(monkeypat
 def test_delta_rs_gets_the_endpoint_and_plain_http_only_when_asked():
     options = delta_rs_options(S3Access.from_mapping(SERVER))
     assert options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and options["AWS_ALLOW_HTTP"] == "true"
+    assert options["aws_conditional_put"] == "etag" and "AWS_S3_ALLOW_UNSAFE_RENAME" not in options
     assert "AWS_ENDPOINT_URL" not in delta_rs_options(S3Access.from_mapping({"AWS_REGION": "eu-west-1"}))
