@@ -258,6 +258,15 @@ def _place(setting: Setting, *default: str) -> Path:
 
 
 def lake_root() -> Path:
+    """The lake as a local (or mounted) folder. An object-store lake is refused here, naming the state of things:
+    as a Path, `s3a://bucket/lake` would silently become a local folder `s3a:/bucket/lake`."""
+    raw = LAKE.raw()
+    if raw is not None and raw.split("://", 1)[0].lower() in ("s3a", "s3") and "://" in raw:
+        raise SettingError(
+            f"MILLPOND_LAKE={raw!r} is on object storage, which millpond's runs and commands do not use yet: "
+            "Spark, Delta, the pipeline lease and the listings are ready (docs/object-storage.md), the lake's paths "
+            "are not. Fix: point MILLPOND_LAKE at a local or shared folder for now"
+        )
     return _place(LAKE, "lake")
 
 

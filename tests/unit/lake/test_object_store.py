@@ -97,3 +97,17 @@ def test_delta_rs_gets_the_endpoint_and_plain_http_only_when_asked():
     assert options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and options["AWS_ALLOW_HTTP"] == "true"
     assert options["aws_conditional_put"] == "etag" and "AWS_S3_ALLOW_UNSAFE_RENAME" not in options
     assert "AWS_ENDPOINT_URL" not in delta_rs_options(S3Access.from_mapping({"AWS_REGION": "eu-west-1"}))
+
+
+@pytest.mark.parametrize("lake", ["s3a://bucket/lake", "S3://bucket/lake"])
+def test_path_based_code_refuses_an_object_store_lake_instead_of_making_a_local_folder(lake, monkeypatch, tmp_path):
+    from millpond import settings
+    from millpond.lake import paths
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MILLPOND_LAKE", lake)
+    with pytest.raises(settings.SettingError, match="Fix: point MILLPOND_LAKE at a local or shared folder for now"):
+        paths.table_path("bronze.activity")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    assert paths.table_path("bronze.activity") == tmp_path / "lake" / "bronze" / "activity"
