@@ -5,7 +5,8 @@ test worker's session JVM is already up for local lakes. It reads MILLPOND_LAKE 
 environment (never from its command line) and prints one JSON line of what it found.
 
 Steps: two Delta appends and a read; an availableNow json -> Delta stream over the landing folder, run three times
-(a new landing file arrives before the second run; the third finds nothing new).
+(a new landing file arrives before the second run; the third finds nothing new). Each stream run's S3 requests are
+counted by S3A itself (IOStatistics of the cached filesystem instance: LIST, HEAD, GET, PUT, DELETE, COPY).
 """
 
 from __future__ import annotations
@@ -15,9 +16,29 @@ import json
 import sys
 import time
 
+from pyspark.sql import SparkSession
+
 from millpond import settings
 from millpond.engine.session import build_spark_session
 from millpond.lake.object_store import S3Location, client
+
+REQUESTS = {
+    "LIST": "object_list_request",
+    "HEAD": "object_metadata_request",
+    "GET": "action_http_get_request",
+    "PUT": "object_put_request",
+    "DELETE": "object_delete_request",
+    "COPY": "object_copy_requests",
+}
+
+
+def s3_requests(spark: SparkSession, lake: str) -> dict[str, int]:
+    """The requests the lake's cached S3A filesystem instance has counted so far. Partial: another instance (a
+    FileContext's, or one created uncached) counts its own."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(lake)
+    counters = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).getIOStatistics().counters()
+    return {name: int(counters.get(key) or 0) for name, key in REQUESTS.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,12 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         result["rows"] = [[r.id, r.value] for r in spark.read.format("delta").load(table).orderBy("id").collect()]
         history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").orderBy("version").collect()
         result["versions"] = [r.version for r in history]
-        streamed, runs = f"{lake}/streamed", []
+        streamed, runs, requests = f"{lake}/streamed", [], []
         for run in range(3):
             if run == 1:  # a new landing file between the first and second run
                 landing = S3Location.parse(args.landing)
                 body = json.dumps({"id": 99, "name": "late"}) + "\n"
                 client().put_object(Bucket=landing.bucket, Key=f"{landing.key}/late.json", Body=body.encode())
+            before = s3_requests(spark, lake)
             t = time.monotonic()
             query = (
                 spark.readStream.format("json")
@@ -62,9 +84,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             query.awaitTermination()
             seconds[f"stream_run_{run + 1}"] = time.monotonic() - t
+            after = s3_requests(spark, lake)
+            requests.append({name: after[name] - before[name] for name in REQUESTS})
             rows = spark.read.format("delta").load(streamed).count()
             runs.append({"rows": rows, "versions": spark.sql(f"DESCRIBE HISTORY delta.`{streamed}`").count()})
         result["stream_runs"] = runs
+        result["stream_requests"] = requests
         result["streamed"] = sorted([r.id, r.name] for r in spark.read.format("delta").load(streamed).collect())
     finally:
         spark.stop()

@@ -49,4 +49,7 @@ def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(s3_bucket):
     # the no-JVM side (status, event log) reads what Spark wrote
     appended = DeltaTable(f"s3://{s3_bucket.name}/lake/appended", storage_options=delta_rs_options())
     assert appended.version() == 1 and sorted(appended.to_pyarrow_table()["id"].to_pylist()) == list(range(8))
+    first, increment, nothing_new = result["stream_requests"]
+    assert nothing_new["PUT"] < increment["PUT"] and nothing_new["GET"] <= increment["GET"]
     print("s3a timings (s):", result["seconds"])
+    print("s3a requests per stream run:", result["stream_requests"])
