@@ -205,7 +205,7 @@ def up(home: Path = LOCAL_HOME, port: int = LOCAL_PORT, bucket: str = LOCAL_BUCK
     print("  # paste these into your shell (never into a file under git):")
     for name, value in server.env().items():
         print(f"  export {name}={value}")
-    print(f"  # a lake in bucket {bucket!r}: export MILLPOND_LAKE=s3a://{bucket}/lake")
+    print(f"  # a lake there is s3a://{bucket}/lake (what works on it today: docs/object-storage.md)")
     return server
 
 

@@ -70,7 +70,7 @@ def test_make_s3_up_prints_working_exports_and_s3_down_stops_it(tmp_path):
         exports = dict(re.findall(r"export (AWS_[A-Z_]+)=(\S+)", up.stdout))
         assert sorted(exports) == ["AWS_ACCESS_KEY_ID", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_SECRET_ACCESS_KEY"]
         assert exports["AWS_ENDPOINT_URL"] == f"http://127.0.0.1:{port}"
-        assert "export MILLPOND_LAKE=s3a://local-lake/lake" in up.stdout
+        assert "a lake there is s3a://local-lake/lake" in up.stdout
         s3 = client(S3Access.from_mapping(exports))
         assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["local-lake"]
         again = subprocess.run([*command, "up", "--port", str(port), *home], capture_output=True, text=True)
