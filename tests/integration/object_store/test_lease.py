@@ -153,3 +153,17 @@ def test_a_killed_holder_blocks_the_next_run_only_until_its_lease_lapses(s3_buck
     assert successor.returncode == 0, err
     assert [json.loads(line) for line in out.splitlines()] == [{"acquired": 2}, {"released": 2}]
     assert time.monotonic() - started < 15  # it waited for the 3 s lease to lapse, not for a timeout
+
+
+def test_the_pipeline_lock_on_an_object_store_lake_is_the_lease(s3_bucket, monkeypatch):
+    from millpond.lake.lock import pipeline_lock
+
+    monkeypatch.setenv("MILLPOND_LAKE", s3_bucket.location("lake").url)
+    with pipeline_lock("activity", "run-1") as held:
+        assert isinstance(held, PipelineLease) and held.generation == 1
+        assert stored(s3_bucket).run_id == "run-1" and stored(s3_bucket).state == "held"
+        with pytest.raises(PipelineBusy, match="already running \\(run run-1 pid"):
+            with pipeline_lock("activity", "run-2"):
+                pass
+        assert held.check() == 1
+    assert stored(s3_bucket).state == "released"

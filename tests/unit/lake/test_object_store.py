@@ -111,3 +111,12 @@ def test_path_based_code_refuses_an_object_store_lake_instead_of_making_a_local_
     assert list(tmp_path.iterdir()) == []
     monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
     assert paths.table_path("bronze.activity") == tmp_path / "lake" / "bronze" / "activity"
+
+
+def test_the_pipeline_lock_of_a_local_lake_is_still_the_file_lock(monkeypatch, tmp_path):
+    from millpond.lake.lock import pipeline_lock
+
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    with pipeline_lock("activity", "run-1") as held:
+        assert held is None
+        assert (tmp_path / "lake" / "_system" / "locks" / "activity.lock").is_file()
