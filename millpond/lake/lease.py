@@ -239,7 +239,7 @@ class PipelineLease:
                 return
             try:
                 self._put(self._record(self.generation, RELEASED, since=self._since), {"IfMatch": self._etag})
-            except Exception:  # noqa: BLE001 - taken over or unreachable: it lapses on its own
+            except Exception:  # taken over or unreachable: it lapses on its own
                 pass
             self._etag = None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ class Bucket:
     def location(self, key: str = "") -> S3Location:
         return S3Location(self.name, key.strip("/"))
 
-    def client(self):  # noqa: ANN201 - a boto3 client (its type is generated at run time)
+    def client(self) -> Any:  # a boto3 client: its class is generated at run time
         return client(self.access)
 
     def keys(self, prefix: str = "") -> list[str]:
