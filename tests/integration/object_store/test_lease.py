@@ -60,11 +60,11 @@ def test_a_released_lease_is_taken_at_once_with_the_next_generation(s3_bucket):
 
 
 def test_an_expired_lease_is_taken_over_and_the_old_holder_cannot_commit(s3_bucket):
-    stalled = lease(s3_bucket, "run-stalled", ttl=2.0, renew=False)  # a holder that stopped renewing (a long pause)
+    stalled = lease(s3_bucket, "run-stalled", ttl=4.0, renew=False)  # a holder that stopped renewing (a long pause)
     assert stalled.acquire() == 1
     with pytest.raises(PipelineBusy):
-        lease(s3_bucket, "run-early", ttl=2.0).acquire()  # not lapsed yet
-    time.sleep(3.5)  # the store's clock has whole seconds: lapsed for certain
+        lease(s3_bucket, "run-early", ttl=4.0).acquire()  # not lapsed yet
+    time.sleep(5.5)  # the store's clock has whole seconds: lapsed for certain
     successor = lease(s3_bucket, "run-next", ttl=30.0)
     assert successor.acquire() == 2
     try:
@@ -81,12 +81,12 @@ def test_an_expired_lease_is_taken_over_and_the_old_holder_cannot_commit(s3_buck
 
 
 def test_a_holder_renews_in_the_background_so_its_lease_does_not_lapse(s3_bucket):
-    holder = lease(s3_bucket, "run-long", ttl=2.0)
+    holder = lease(s3_bucket, "run-long", ttl=5.0)  # renewed every 1.7 s: a loaded machine stalls less than 3 s
     holder.acquire()
     try:
-        time.sleep(4.5)  # more than twice the lease's time, without a check
+        time.sleep(11)  # more than twice the lease's time, without a check
         with pytest.raises(PipelineBusy):
-            lease(s3_bucket, "run-other", ttl=2.0).acquire()
+            lease(s3_bucket, "run-other", ttl=5.0).acquire()
         assert holder.check() == 1
     finally:
         holder.release()
@@ -123,14 +123,15 @@ def first_event(process: subprocess.Popen) -> dict:
 
 
 def test_two_processes_that_share_no_folder_never_hold_the_lease_together(s3_bucket, s3_server, tmp_path):
-    first = spawn(s3_bucket, s3_server, tmp_path, "machine-a", "--hold", "4", "--ttl", "30")
+    # held long enough for the second process to start and ask, even on a loaded machine
+    first = spawn(s3_bucket, s3_server, tmp_path, "machine-a", "--hold", "12", "--ttl", "30")
     try:
         assert first_event(first) == {"acquired": 1}
         second = spawn(s3_bucket, s3_server, tmp_path, "machine-b", "--ttl", "30")
         out, err = second.communicate(timeout=60)
         assert second.returncode == 3, err
         assert "already running (run machine-a pid" in json.loads(out)["busy"]
-        queued = spawn(s3_bucket, s3_server, tmp_path, "machine-c", "--wait", "30", "--ttl", "30")
+        queued = spawn(s3_bucket, s3_server, tmp_path, "machine-c", "--wait", "60", "--ttl", "30")
         out, err = queued.communicate(timeout=90)
         assert queued.returncode == 0, err
         events = [json.loads(line) for line in out.splitlines()]
