@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -51,6 +52,9 @@ REGION = "us-east-1"  # s3proxy accepts any region in a signature; clients need 
 JVM = ["-Xmx512m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
 
 
+REQUEST_LINE = re.compile(r"request: Request\((GET|PUT|POST|HEAD|DELETE) (\S+)\)")
+
+
 class ServerFailed(RuntimeError):
     """The server did not start; the message carries the fix or the log's tail."""
 
@@ -58,12 +62,13 @@ class ServerFailed(RuntimeError):
 class S3Server:
     """One s3proxy JVM in its own process group; `stop()` ends it and deletes its folder."""
 
-    def __init__(self, workdir: Path | None = None, port: int | None = None):
+    def __init__(self, workdir: Path | None = None, port: int | None = None, log_requests: bool = False):
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="millpond-s3-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.log = self.workdir / "s3proxy.log"
         self.process: subprocess.Popen | None = None
+        self.log_requests = log_requests  # s3proxy's debug log names every request: see requests()
         # Letters and digits only: an access key travels in the Authorization header unescaped.
         self.access_key = "MP" + secrets.token_hex(9).upper()
         self.secret_key = secrets.token_urlsafe(30)
@@ -116,7 +121,11 @@ class S3Server:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    env={**os.environ, "LOG_LEVEL": "warn", "JETTY_LOG_LEVEL": "warn"},
+                    env={
+                        **os.environ,
+                        "LOG_LEVEL": "debug" if self.log_requests else "warn",
+                        "JETTY_LOG_LEVEL": "warn",
+                    },
                 )
             self._wait(timeout)
         finally:
@@ -158,6 +167,14 @@ class S3Server:
             s3.create_bucket(Bucket=name)
         except s3.exceptions.BucketAlreadyOwnedByYou:
             pass
+
+    def requests(self) -> list[tuple[str, str]]:
+        """Every request served so far as (method, path and query), in order, from the debug log of a server
+        started with `log_requests=True`: what a client really sent, whichever of its parts sent it."""
+        if not self.log_requests:
+            raise ServerFailed("requests are logged only by a server started with log_requests=True")
+        found = REQUEST_LINE.findall(self.log.read_text(errors="replace"))
+        return [(method, url.split(str(self.port), 1)[1]) for method, url in found]
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -41,6 +41,13 @@ def s3_requests(spark: SparkSession, lake: str) -> dict[str, int]:
     return {name: int(counters.get(key) or 0) for name, key in REQUESTS.items()}
 
 
+def mark(lake: str, name: str) -> None:
+    """A request the server logs and nothing else sends (a listing of `_marker/<name>`), so a test reading the
+    server's request log can tell which requests each stream run made."""
+    location = S3Location.parse(lake)
+    client().list_objects_v2(Bucket=location.bucket, Prefix=f"_marker/{name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--landing", required=True, help="an s3a:// folder of json files to stream")
@@ -70,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 landing = S3Location.parse(args.landing)
                 body = json.dumps({"id": 99, "name": "late"}) + "\n"
                 client().put_object(Bucket=landing.bucket, Key=f"{landing.key}/late.json", Body=body.encode())
+            mark(lake, f"start-{run + 1}")
             before = s3_requests(spark, lake)
             t = time.monotonic()
             query = (
@@ -85,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             query.awaitTermination()
             seconds[f"stream_run_{run + 1}"] = time.monotonic() - t
             after = s3_requests(spark, lake)
+            mark(lake, f"end-{run + 1}")
             requests.append({name: after[name] - before[name] for name in REQUESTS})
             rows = spark.read.format("delta").load(streamed).count()
             runs.append({"rows": rows, "versions": spark.sql(f"DESCRIBE HISTORY delta.`{streamed}`").count()})

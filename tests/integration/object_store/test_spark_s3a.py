@@ -1,5 +1,6 @@
 """Spark and Delta on an s3a:// lake against a real S3 server (s3proxy): appends, reads and an availableNow file
-stream whose checkpoint lives in the bucket, in a process that starts its JVM for that lake as a run does."""
+stream whose checkpoint lives in the bucket, in a process that starts its JVM for that lake as a run does. The
+server logs every request, so each stream run's S3 requests are counted on the server's side too."""
 
 from __future__ import annotations
 
@@ -7,17 +8,54 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
+from urllib.parse import unquote
 
 import pytest
 from deltalake import DeltaTable
 
+from millpond.dev.s3_server import S3Server
 from millpond.lake.object_store import delta_rs_options
 from tests.support import REPO
+from tests.support.s3 import new_bucket
 
 pytestmark = pytest.mark.integration
 
 
-def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(s3_bucket):
+@pytest.fixture
+def logged_bucket(monkeypatch):
+    """A bucket on a server of its own that logs every request (the session's server does not, to stay fast)."""
+    server = S3Server(log_requests=True).start()
+    yield new_bucket(server, monkeypatch)
+    server.stop()
+
+
+def kind(method: str, path: str) -> str:
+    """LIST, HEAD, GET (an object), PUT (copies included: s3proxy's log does not tell them apart), DELETE."""
+    target, _, query = path.partition("?")
+    if method == "GET" and ("list-type=" in query or "prefix=" in query or target.count("/") == 1):
+        return "LIST"
+    if method == "POST" and "delete" in query:
+        return "DELETE"
+    return method
+
+
+def per_stream_run(requests: list[tuple[str, str]]) -> list[dict[str, int]]:
+    """The requests between each `start-N` and `end-N` marker of tests/support/s3a_roundtrip.py, by kind."""
+    runs, current = [], None
+    for method, path in requests:
+        if "_marker/start-" in unquote(path):
+            current = Counter()
+        elif "_marker/end-" in unquote(path):
+            runs.append({k: current[k] for k in ("LIST", "HEAD", "GET", "PUT", "DELETE")})
+            current = None
+        elif current is not None:
+            current[kind(method, path)] += 1
+    return runs
+
+
+def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(logged_bucket):
+    s3_bucket = logged_bucket
     s3 = s3_bucket.client()
     for i in range(2):
         body = json.dumps({"id": i, "name": f"n{i}"}) + "\n"
@@ -51,5 +89,8 @@ def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(s3_bucket):
     assert appended.version() == 1 and sorted(appended.to_pyarrow_table()["id"].to_pylist()) == list(range(8))
     first, increment, nothing_new = result["stream_requests"]
     assert nothing_new["PUT"] < increment["PUT"] and nothing_new["GET"] <= increment["GET"]
+    served = per_stream_run(s3_bucket.server.requests())
+    assert len(served) == 3 and served[2]["PUT"] == 0 < served[1]["PUT"]
     print("s3a timings (s):", result["seconds"])
-    print("s3a requests per stream run:", result["stream_requests"])
+    print("s3a requests per stream run, as S3A counted them:", result["stream_requests"])
+    print("s3a requests per stream run, as the server saw them:", served)
