@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 JARS := .cache/jars
 REPORT_ASSETS := .cache/report-assets
 KAFKA_BROKER := .cache/kafka-broker
+S3PROXY := .cache/s3proxy
+S3A_JARS := .cache/s3a-jars
 export MILLPOND_LAKE ?= $(CURDIR)/lake
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
@@ -17,7 +19,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
 PIPELINE ?= activity
 
-.PHONY: setup venv jars jvm report-assets kafka-broker kafka-up kafka-down browser demo check test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
+.PHONY: setup venv jars jvm report-assets kafka-broker kafka-up kafka-down s3proxy s3a-jars s3-up s3-down browser demo check test test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
 help:
 	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make check  the fast lane (minutes): lint (ruff check, ruff format --check, mypy), then the unit tests"
@@ -26,6 +28,7 @@ help:
 	@echo "make up     Airflow scheduler + UI/API + dag-processor + triggerer in the background (login required)"
 	@echo "make down   stop everything make up started"
 	@echo "make kafka-up / kafka-down  a local Kafka broker (KAFKA_PORT=9092) with the specs' topics, for device_status"
+	@echo "make s3-up / s3-down  a local S3 server (s3proxy, S3_PORT=9000): prints the AWS_* variables for an s3a:// lake"
 	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (docs/reliability.md)"
 	@echo "make bench SCALE=small|large [ONLY=B3,B6]  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json, .md"
 
@@ -82,6 +85,35 @@ kafka-up: setup kafka-broker
 kafka-down:
 	$(BIN)/python -m millpond.dev.kafka_broker down --home "$(KAFKA_HOME)"
 
+# s3proxy (millpond/dev/s3_server.py), a real S3 API server for the tests and `make s3-up`: one self-contained jar.
+s3proxy: $(S3PROXY)/.fetched
+$(S3PROXY)/.fetched: build/s3proxy.pom.xml
+	@command -v java >/dev/null || { echo "error: java not found. Fix: install OpenJDK 17 (apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: mvn not found; it fetches s3proxy from Maven Central. Fix: apt-get install maven"; exit 1; }
+	rm -rf $(S3PROXY)
+	mvn --batch-mode --quiet -f build/s3proxy.pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/$(S3PROXY) -DexcludeTransitive=true
+	touch $@
+
+# hadoop-aws and the AWS SDK bundle (~600 MB) for an s3a:// lake, kept apart from $(JARS): on Spark's classpath only
+# when MILLPOND_LAKE is on object storage (millpond/engine/s3a.py).
+s3a-jars: $(S3A_JARS)/.fetched
+$(S3A_JARS)/.fetched: build/s3a.pom.xml
+	@command -v mvn >/dev/null || { echo "error: mvn not found; it fetches hadoop-aws from Maven Central. Fix: apt-get install maven"; exit 1; }
+	rm -rf $(S3A_JARS)
+	mvn --batch-mode --quiet -f build/s3a.pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/$(S3A_JARS) -DincludeScope=runtime
+	touch $@
+
+# The local S3 server: background, port S3_PORT, objects in memory until s3-down, fresh credentials printed (never
+# written under the project). Paste the printed exports into your shell.
+S3_PORT ?= 9000
+S3_BUCKET ?= millpond
+s3-up: setup s3proxy s3a-jars
+	@$(BIN)/python -m millpond.dev.s3_server up --port $(S3_PORT) --bucket $(S3_BUCKET)
+s3-down:
+	@$(BIN)/python -m millpond.dev.s3_server down
+
 validate: setup
 	$(BIN)/millpond validate
 
@@ -134,7 +166,7 @@ browser:
 # Two workers, a test file each at a time (module fixtures stay on one worker); PYTEST_WORKERS=0 runs in-process.
 # pytest exits 5 when it collected no tests, which fails the target like any other failure.
 PYTEST_WORKERS ?= 2
-test: browser setup kafka-broker
+test: browser setup kafka-broker s3proxy s3a-jars
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The fast lane: no JVM, no Airflow process, a few minutes on two cores. `make test` is the whole truth.

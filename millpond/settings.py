@@ -111,6 +111,20 @@ REPORT_ASSETS = Setting(
     "`<project>/.cache/report-assets`.",
     PLACES,
 )
+S3A_JARS = Setting(
+    "MILLPOND_S3A_JARS",
+    "",
+    "The folder of hadoop-aws and the AWS SDK bundle Spark needs for an `s3a://` lake (`make s3a-jars`); on Spark's "
+    "classpath only when the lake is on object storage. Default: `<project>/.cache/s3a-jars`.",
+    PLACES,
+)
+LEASE_SECONDS = Setting(
+    "MILLPOND_LEASE_SECONDS",
+    "60",
+    "On an object-store lake, how long a pipeline's lease outlives its holder's last renewal (renewed every third "
+    "of it): a crashed run blocks the next one at most this long.",
+    PLACES,
+)
 SPARK_MASTER = Setting(
     "MILLPOND_SPARK_MASTER",
     "local[2]",
@@ -202,6 +216,8 @@ ALL = (
     EXPECTATIONS,
     JARS,
     REPORT_ASSETS,
+    S3A_JARS,
+    LEASE_SECONDS,
     SPARK_MASTER,
     SPARK_UI,
     DRIVER_MEMORY,
@@ -242,6 +258,15 @@ def _place(setting: Setting, *default: str) -> Path:
 
 
 def lake_root() -> Path:
+    """The lake as a local (or mounted) folder. An object-store lake is refused here, naming the state of things:
+    as a Path, `s3a://bucket/lake` would silently become a local folder `s3a:/bucket/lake`."""
+    raw = LAKE.raw()
+    if raw is not None and raw.split("://", 1)[0].lower() in ("s3a", "s3") and "://" in raw:
+        raise SettingError(
+            f"MILLPOND_LAKE={raw!r} is on object storage, which millpond's runs and commands do not use yet: "
+            "Spark, Delta, the pipeline lease and the listings are ready (docs/object-storage.md), the lake's paths "
+            "are not. Fix: point MILLPOND_LAKE at a local or shared folder for now"
+        )
     return _place(LAKE, "lake")
 
 
@@ -255,6 +280,10 @@ def expectations_dir() -> Path:
 
 def jars_dir() -> Path:
     return _place(JARS, ".cache", "jars")
+
+
+def s3a_jars_dir() -> Path:
+    return _place(S3A_JARS, ".cache", "s3a-jars")
 
 
 def report_assets_dir() -> Path:

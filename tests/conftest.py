@@ -99,3 +99,21 @@ def kafka_broker():
     broker = KafkaBroker().start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 server (s3proxy, tests/support/s3.py) for the session; one that cannot start fails the test."""
+    from millpond.dev.s3_server import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch):
+    """A new bucket on the session's S3 server, with the AWS_* variables set to reach it."""
+    from tests.support.s3 import new_bucket
+
+    return new_bucket(s3_server, monkeypatch)

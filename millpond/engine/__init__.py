@@ -2,6 +2,7 @@
 
 runner.py       the entry point (`main(argv)`; `millpond run`, spark-submit from Airflow)
 session.py      the one SparkSession builder; jars.py the jars every application ships
+s3a.py          an s3a:// lake's jars and settings, added only when the lake is on object storage
 sources.py      streaming reads: landing folders (malformed lines kept), upstream Delta tables, Kafka
 plan.py         a table's spec -> its streaming DataFrame (pure: no reads or writes)
 streaming.py    the one streaming contract: query name, checkpoint, trigger, awaitTermination

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pyspark.sql import SparkSession
 
 from millpond import settings
-from millpond.engine import jars
+from millpond.engine import jars, s3a
 from millpond.engine.driver_jit import executor_java_options
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
@@ -68,15 +68,18 @@ def build_spark_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
-        builder = builder.master(master or settings.SPARK_MASTER.value())
-        builder = builder.config("spark.jars", ",".join(jars.spark_jars()))
+        master = master or settings.SPARK_MASTER.value()
+        builder = builder.master(master)
+        lake_launch = s3a.launch_conf(master)  # an object-store lake's s3a jars (millpond.engine.s3a); {} locally
+        shipped = [*jars.spark_jars(), *filter(None, lake_launch.pop("spark.jars", "").split(","))]
+        builder = builder.config("spark.jars", ",".join(shipped))
         builder = builder.config("spark.ui.enabled", settings.SPARK_UI.value())
         builder = builder.config("spark.driver.memory", settings.DRIVER_MEMORY.value())
         if driver_java_options:
             builder = builder.config("spark.driver.extraJavaOptions", driver_java_options)
-        for key, value in (launch_conf or {}).items():
+        for key, value in {**lake_launch, **(launch_conf or {})}.items():
             builder = builder.config(key, value)
-    for key, value in base_conf().items():
+    for key, value in {**base_conf(), **s3a.session_conf()}.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     with project_on_workers_path():

@@ -2,6 +2,9 @@
 
 The stale-lock rule is the kernel's: `flock` is released when its holder dies for any reason (SIGKILL
 included), so a crashed run never blocks the next one. The file's text only says who holds it.
+
+A lake on object storage has no shared filesystem to lock: there `pipeline_lock` holds the pipeline's lease in the
+bucket instead (lease.py) and yields it, so the writer can `check()` it before each commit.
 """
 
 from __future__ import annotations
@@ -15,8 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from millpond import settings
 from millpond.lake import paths
+from millpond.lake.object_store import is_object_store
+
+if TYPE_CHECKING:
+    from millpond.lake.lease import PipelineLease
 
 
 class PipelineBusy(RuntimeError):
@@ -28,7 +37,16 @@ class LakeNotWritable(RuntimeError):
 
 
 @contextmanager
-def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iterator[None]:
+def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iterator[PipelineLease | None]:
+    """Hold the pipeline's lock for the block: a `flock` on a local lake (yields None), the lease on an object-store
+    lake (yields it)."""
+    lake = settings.LAKE.raw() or ""
+    if is_object_store(lake):
+        from millpond.lake.lease import pipeline_lease  # lease.py imports this module's errors
+
+        with pipeline_lease(lake, pipeline, run_id, wait_seconds) as lease:
+            yield lease
+        return
     path = paths.lock_path(pipeline)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +82,7 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iter
             )
         )
         handle.flush()
-        yield
+        yield None
     finally:
         handle.close()  # releases the lock
 

@@ -1,0 +1,191 @@
+"""Object-store locations and clients: an `s3a://` (or `s3://`) lake, reached with the standard `AWS_*` variables.
+
+Where the credentials come from is settled once here: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and
+`AWS_SESSION_TOKEN`), `AWS_ENDPOINT_URL` for an S3-compatible server (path-style addressing, plain http allowed) and
+`AWS_REGION`. Never from a spec; `S3Access` never shows the secret in its repr, and nothing here prints or logs it.
+
+Clients of the same kind for every piece that talks to the store without a JVM: boto3 (the lease's conditional
+writes, which pyarrow's S3 filesystem does not offer), pyarrow's `S3FileSystem` (listings, reads) and delta-rs's
+storage options. Each sends checksums only when the operation requires them: current AWS SDKs add CRC headers by
+default that S3-compatible servers such as s3proxy reject with NotImplemented.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyarrow.fs import S3FileSystem
+
+SCHEMES = ("s3a", "s3")
+
+
+class ObjectStoreError(RuntimeError):
+    """An object-store location or its access cannot be used; the message names the fix."""
+
+
+def is_object_store(location: str | os.PathLike[str]) -> bool:
+    """Whether a lake root (or any location) names an object store rather than a local or mounted folder."""
+    return str(location).split("://", 1)[0].lower() in SCHEMES if "://" in str(location) else False
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """`s3a://bucket/key` split; `s3://` is accepted as the same store (Spark reaches both through s3a)."""
+
+    bucket: str
+    key: str  # no leading or trailing slash; "" for the bucket's root
+
+    @classmethod
+    def parse(cls, url: str) -> S3Location:
+        scheme, _, rest = str(url).partition("://")
+        if scheme.lower() not in SCHEMES or not rest:
+            raise ObjectStoreError(f"{url!r} is not an object-store location. Fix: write it as s3a://<bucket>/<prefix>")
+        bucket, _, key = rest.partition("/")
+        if not bucket:
+            raise ObjectStoreError(f"{url!r} names no bucket. Fix: write it as s3a://<bucket>/<prefix>")
+        return cls(bucket, key.strip("/"))
+
+    def child(self, *parts: str) -> S3Location:
+        return S3Location(self.bucket, "/".join(p.strip("/") for p in (self.key, *parts) if p.strip("/")))
+
+    @property
+    def url(self) -> str:
+        """The s3a:// form Spark and hadoop-aws read."""
+        return f"s3a://{self.bucket}/{self.key}" if self.key else f"s3a://{self.bucket}"
+
+    @property
+    def arrow_path(self) -> str:
+        """The `bucket/key` form pyarrow's S3FileSystem takes."""
+        return f"{self.bucket}/{self.key}" if self.key else self.bucket
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True)
+class S3Access:
+    """Where the store is and how to sign for it, from the standard variables; the secret never shows in a repr."""
+
+    access_key: str | None
+    secret_key: str | None = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    endpoint: str | None = None  # None: AWS S3 itself, the region's endpoint
+    region: str = "us-east-1"
+
+    @classmethod
+    def from_mapping(cls, env: Mapping[str, str]) -> S3Access:
+        def get(name: str) -> str | None:
+            return (env.get(name) or "").strip() or None
+
+        access_key, secret_key = get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY")
+        if (access_key is None) != (secret_key is None):
+            missing = "AWS_SECRET_ACCESS_KEY" if secret_key is None else "AWS_ACCESS_KEY_ID"
+            raise ObjectStoreError(f"{missing} is not set while its pair is. Fix: set both, or neither (an IAM role)")
+        endpoint = get("AWS_ENDPOINT_URL_S3") or get("AWS_ENDPOINT_URL")
+        if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+            raise ObjectStoreError(
+                f"AWS_ENDPOINT_URL={endpoint!r} has no scheme. Fix: write it as http://host:port or https://host"
+            )
+        return cls(
+            access_key,
+            secret_key,
+            get("AWS_SESSION_TOKEN"),
+            endpoint,
+            get("AWS_REGION") or get("AWS_DEFAULT_REGION") or "us-east-1",
+        )
+
+    @classmethod
+    def from_environment(cls) -> S3Access:
+        return cls.from_mapping(os.environ)
+
+    @property
+    def http(self) -> bool:
+        """Plain http: allowed only when an endpoint says so (an S3-compatible server on a private network)."""
+        return self.endpoint is not None and self.endpoint.startswith("http://")
+
+    @property
+    def host(self) -> str | None:
+        """The endpoint without its scheme (what pyarrow and hadoop-aws's endpoint option take), or None."""
+        return self.endpoint.split("://", 1)[1].rstrip("/") if self.endpoint else None
+
+
+def client(access: S3Access | None = None) -> Any:
+    """A boto3 S3 client: path-style addressing when an endpoint is given, checksums only when required."""
+    import boto3
+    from botocore.config import Config
+
+    access = access or S3Access.from_environment()
+    config = Config(
+        region_name=access.region,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        s3={"addressing_style": "path" if access.endpoint else "auto"},
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=30,
+    )
+    return boto3.session.Session().client(
+        "s3",
+        aws_access_key_id=access.access_key,
+        aws_secret_access_key=access.secret_key,
+        aws_session_token=access.session_token,
+        endpoint_url=access.endpoint,
+        config=config,
+    )
+
+
+def arrow_filesystem(access: S3Access | None = None) -> S3FileSystem:
+    """pyarrow's S3 filesystem for the no-JVM listings and reads (paths are `bucket/key`)."""
+    from pyarrow.fs import S3FileSystem
+
+    access = access or S3Access.from_environment()
+    return S3FileSystem(
+        access_key=access.access_key,
+        secret_key=access.secret_key,
+        session_token=access.session_token,
+        region=access.region,
+        endpoint_override=access.host,
+        scheme="http" if access.http else "https",
+        force_virtual_addressing=False,
+        check_directory_existence_before_creation=False,
+    )
+
+
+def delta_rs_options(access: S3Access | None = None) -> dict[str, str]:
+    """delta-rs (`deltalake`) storage options. Commits are conditional PUTs (`aws_conditional_put=etag`: a log
+    entry is created only if absent) rather than delta-rs's default of refusing S3 without a DynamoDB lock; AWS S3,
+    MinIO and s3proxy 3.0.0 honour them."""
+    access = access or S3Access.from_environment()
+    options = {"AWS_REGION": access.region, "aws_conditional_put": "etag"}
+    if access.access_key and access.secret_key:
+        options |= {"AWS_ACCESS_KEY_ID": access.access_key, "AWS_SECRET_ACCESS_KEY": access.secret_key}
+    if access.session_token:
+        options["AWS_SESSION_TOKEN"] = access.session_token
+    if access.endpoint:
+        options |= {"AWS_ENDPOINT_URL": access.endpoint, "AWS_ALLOW_HTTP": str(access.http).lower()}
+    return options
+
+
+def landed_objects(location: S3Location, access: S3Access | None = None) -> list[tuple[str, int, int]]:
+    """Every object Spark's file source would list under `location`, as checkpoints.landed_files gives a local
+    folder's files: (path relative to it, size, modification time in ns). A name part starting with `.` or `_` is
+    hidden, as Spark hides it; directory markers (keys ending in `/`) are not files. One recursive listing through
+    pyarrow's S3 filesystem, no JVM."""
+    from pyarrow.fs import FileSelector, FileType
+
+    filesystem = arrow_filesystem(access)
+    base = location.arrow_path
+    selector = FileSelector(base, allow_not_found=True, recursive=True)
+    found = []
+    for info in filesystem.get_file_info(selector):
+        relative = info.path[len(base) :].lstrip("/")
+        if info.type != FileType.File or not relative or relative.endswith("/"):
+            continue
+        if any(part.startswith((".", "_")) for part in relative.split("/")):
+            continue
+        found.append((relative, int(info.size or 0), int(info.mtime_ns or 0)))
+    return sorted(found)
