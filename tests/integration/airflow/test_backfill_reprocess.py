@@ -3,7 +3,8 @@
 One hour re-delivered with corrected content under the same names; a backfill of that hour with default settings
 rebuilds it in every table (each then equal to the plain-Python reference over the landing files as they are now);
 a later round is ingested exactly once; a daily backfill of the hourly pipeline (`activity__reprocess`) rebuilds a
-whole day in one run; `{"reprocess": false}` keeps a backfill to draining what is new.
+whole day in one run; a manual run with a logical date and `{"reprocess": true}` rebuilds its interval;
+`{"reprocess": false}` keeps a backfill to draining what is new.
 """
 
 from __future__ import annotations
@@ -99,6 +100,17 @@ def test_backfills_through_the_rest_api_reprocess_their_interval(stack, spark, m
     assert_matches_reference(spark, activity_reference(landing))
     day = ("2026-11-01T00:00:00+00:00", "2026-11-02T00:00:00+00:00")
     assert {t: v[:2] for t, v in reprocessed(lake, "activity", run.dag_run_id).items()} == {t: day for t in replaced}
+
+    # A manual run with a logical date and {"reprocess": true} reprocesses its interval too: the hour that ends at
+    # its logical date (the timetable's manual interval).
+    land_hour(landing, 2, seed=103)
+    body = TriggerDAGRunPostBody(logical_date=DAY.replace(hour=3), conf={"reprocess": True})
+    manual = runs_api.trigger_dag_run("activity", body)
+    run = finished(api, "activity", manual.dag_run_id, timeout=600)
+    assert state_of(run) == "success", task_states(api, "activity", manual.dag_run_id)
+    assert_matches_reference(spark, activity_reference(landing))
+    interval = (run.data_interval_start.isoformat(), run.data_interval_end.isoformat())
+    assert {v[:2] for v in reprocessed(lake, "activity", manual.dag_run_id).values()} == {interval}
 
     # {"reprocess": false}: the backfill only drains what is new (nothing here, so no Spark application).
     run = backfill(api, "activity", DAY.replace(hour=2), conf={"reprocess": False})
