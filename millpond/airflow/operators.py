@@ -210,7 +210,10 @@ def reprocess_interval(context: Any) -> str | None:
     The run's `reprocess` param (its conf) decides; unset, a backfill run reprocesses (it exists to redo its
     interval) and other runs drain what is new.
     """
-    chosen = (context.get("params") or {}).get("reprocess")
+    params = context.get("params") or {}
+    chosen = params.get("reprocess")
+    if params.get("full_refresh"):
+        return None  # the run rebuilds those tables from all of their source: every interval at once
     if chosen is None:
         run_type = getattr(context["dag_run"], "run_type", "")
         chosen = str(getattr(run_type, "value", run_type)).lower() == "backfill"

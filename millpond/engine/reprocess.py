@@ -98,10 +98,15 @@ def replace_slices(
         print(f"millpond: {table_id}: reprocessed {interval.text}: no row of the interval before or after", flush=True)
     if not changing:
         return
+    unclosed = [why for table_id, why in refusals.items() if table_id not in plan.slices]
+    if unclosed:  # a stateful table outside this run reads a replaced table: its live state holds the interval
+        raise Refused(unclosed)
     # Owed: each changing slice, and every table reading one (its stream skips the replacement).
     pending_reprocess.begin(pipeline.name, interval.text, pipeline.downstream(list(changing)))
     for table_id, piece in changing.items():
         commit(spark, piece, interval, run, results[table_id])
+        pending_reprocess.done(pipeline.name, interval.text, table_id)
+    for table_id in plan.slices:  # a slice that did not change is as the reprocess wants it too
         pending_reprocess.done(pipeline.name, interval.text, table_id)
 
 
@@ -161,15 +166,18 @@ def derived_slice(
 ) -> Slice | None:
     """The interval's rows of a table downstream of a slice: the upstream's rows of the interval as they will be
     after its commit, through the table's own plan (transform, dedup: batch semantics of the same operators)."""
-    rows_of_interval = F.expr(interval.slice_sql(column))
+    # A stateful table's rows without event time are left as its stream wrote them: the watermark never closes
+    # them, so its live state still holds their keys (docs/reprocess.md).
+    condition = interval.sql(column) if table.is_stateful else interval.slice_sql(column)
+    rows_of_interval = F.expr(condition)
     if delta_version(paths.table_path(table.source)) < 0 or delta_version(paths.table_path(table.id)) < 0:
         return None  # the upstream has no rows yet, or this table was never written: its next run reads them all
     before = spark.read.format("delta").load(str(paths.table_path(table.source))).where(rows_of_interval)
     if upstream is not None:
         kept = before.where(~F.expr(upstream.condition))
-        before = kept.unionByName(upstream.rows, allowMissingColumns=True)
+        before = kept.unionByName(upstream.rows.where(rows_of_interval), allowMissingColumns=True)
     rows = plan_table(before, table).where(rows_of_interval)
-    return Slice(table, rows.localCheckpoint(eager=True), interval.slice_sql(column))
+    return Slice(table, rows.localCheckpoint(eager=True), condition)
 
 
 def gated(spark: SparkSession, pipeline: Pipeline, piece: Slice, run: RunContext, result: TableResult) -> Slice:
@@ -206,7 +214,7 @@ def _empty_quarantine(spark: SparkSession, piece: Slice) -> tuple[DataFrame | No
     quarantine = paths.quarantine_path(piece.table.id)
     empty = spark.read.format("delta").load(str(quarantine)).limit(0) if delta_version(quarantine) >= 0 else None
     column = piece.condition.split("`")[1]
-    raw_time = f"CAST(get_json_object(raw, '$.{column}') AS TIMESTAMP)"
+    raw_time = f"CAST(get_json_object(raw, '$.{column}') AS TIMESTAMP)"  # the column as the schema spells it
     return empty, piece.condition.replace(f"`{column}`", raw_time)
 
 

@@ -160,8 +160,9 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
 
 
 def reprocess_plan(pipeline: Pipeline, tables: list[str], args: argparse.Namespace) -> ReprocessPlan | None:
-    """The run's reprocess plan (None without --reprocess); every reason it cannot run is a SpecError, before the
-    lock and the JVM: a table that cannot be rebuilt by interval, or an interval a watermark has not closed."""
+    """The run's reprocess plan (None without --reprocess); a table that cannot be rebuilt by interval is a
+    SpecError, before the lock and the JVM. (An interval a watermark has not closed is refused later, once the
+    slices show whether it holds rows: millpond.engine.reprocess.)"""
     if not args.reprocess or args.reprocess.lower() == "none":
         return unfinished_reprocess(pipeline, tables)
     interval = parse_interval(args.reprocess)
@@ -178,7 +179,7 @@ def reprocess_plan(pipeline: Pipeline, tables: list[str], args: argparse.Namespa
 
 def unfinished_reprocess(pipeline: Pipeline, tables: list[str]) -> ReprocessPlan | None:
     """The oldest unfinished reprocess owing some of the run's tables (millpond.lake.pending_reprocess), as a plan
-    for those tables: the run finishes it before anything else. Its interval passed the watermark check already."""
+    for those tables: the run finishes it before anything else."""
     for entry in pending_reprocess.pending(pipeline.name):
         owed = [t for t in tables if t in entry["tables"]]
         if owed:
@@ -282,7 +283,8 @@ def _run_locked(
             rebuilds = [t for t in plan.rebuilds if t in owed]
             if rebuilds and not failed:
                 print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
-                reset_tables(pipeline, rebuilds)
+                for table_id in rebuilds:  # the table stays readable: its first batch overwrites it in one commit
+                    shutil.rmtree(paths.checkpoint_path(pipeline.name, table_id), ignore_errors=True)
                 refresh = rebuilds
             run_tables(list(plan.rebuilds), listener)  # the others only drain: nothing upstream of them changed
     phases.update({r.table: r.seconds for r in results})

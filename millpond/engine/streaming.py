@@ -105,7 +105,7 @@ def run_table(
     result.version_before, quarantine_before = file_sink_log.table_version(table), delta_version(quarantine)
     error = None
     try:
-        checkpoints.verify(pipeline, table)
+        checkpoints.verify(pipeline, table, rebuild=full_refresh)
         fingerprint = checkpoints.input_fingerprint(pipeline, table)
         previous = checkpoints.nothing_new(pipeline, table, fingerprint)
         if previous is not None:  # the query would find nothing: skip its start (seconds per table, B5)

@@ -38,14 +38,17 @@ def full_refresh_fix(pipeline: Pipeline, table: Table) -> str:
     return f"Fix: `millpond run {pipeline.name} --full-refresh {table.id}` (rebuilds it and its downstream tables)"
 
 
-def verify(pipeline: Pipeline, table: Table) -> None:
-    """Raise CheckpointProblem if running `table` on its checkpoint could lose or duplicate rows."""
+def verify(pipeline: Pipeline, table: Table, rebuild: bool = False) -> None:
+    """Raise CheckpointProblem if running `table` on its checkpoint could lose or duplicate rows.
+
+    `rebuild`: a complete-mode table whose checkpoint was dropped on purpose (a reprocess rebuilds it): its first
+    batch is the whole result and overwrites the table, so its rows are no reason to refuse."""
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     # A file sink's own log counts as data: a new checkpoint restarts at batch 0, which that log would skip.
     has_data = file_sink_log.table_version(table) >= 0
     offsets = checkpoint / "offsets"
     if not log_files(offsets):
-        if has_data:
+        if has_data and not (rebuild and table.output_mode == "complete" and table.sink.is_delta):
             raise CheckpointProblem(
                 f"its checkpoint {checkpoint} is missing (no offsets) but the table has data; re-reading the source "
                 f"would duplicate rows. {full_refresh_fix(pipeline, table)}"
@@ -351,7 +354,7 @@ def open_intervals(pipeline: Pipeline, plan: ReprocessPlan) -> dict[str, str]:
     interval with no rows, before or after, has no keys in any state, so it is not refused.
     """
     found = {}
-    for table_id in plan.slices:
+    for table_id in pipeline.downstream(list(plan.slices)):  # a table outside the run still reads the replacement
         table = pipeline.tables[table_id]
         if not (table.watermark and table.is_stateful):
             continue

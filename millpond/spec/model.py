@@ -294,8 +294,8 @@ class Pipeline:
     schedule: str
     start_date: date
     description: str = ""
-    # A second DAG, `<pipeline>__reprocess`, on this (coarser) schedule: each of its runs reprocesses its data
-    # interval, so a daily backfill of an hourly pipeline rebuilds one day per run (docs/reprocess.md).
+    # A second DAG, `<pipeline>__reprocess`: the same tasks on this (coarser) schedule, so a backfill of it rebuilds
+    # one day (say) of an hourly pipeline per run (docs/reprocess.md).
     reprocess_schedule: str | None = None
     catchup: bool = False
     retries: int = 2

@@ -21,8 +21,12 @@ from millpond.spec.errors import SpecError
 from millpond.spec.model import FileSource, Pipeline, Table
 
 # The tokens a layout may use, finest last; a folder holds the files of one step of its finest token.
-LAYOUT_TOKENS = {"YYYY": ("%Y", timedelta(days=366)), "MM": ("%m", timedelta(days=28)), "DD": ("%d", timedelta(days=1))}
-LAYOUT_TOKENS["HH"] = ("%H", timedelta(hours=1))
+LAYOUT_TOKENS = {
+    "YYYY": ("%Y", timedelta(days=366)),
+    "MM": ("%m", timedelta(days=28)),
+    "DD": ("%d", timedelta(days=1)),
+    "HH": ("%H", timedelta(hours=1)),
+}
 _TOKEN = re.compile("|".join(LAYOUT_TOKENS))
 
 
@@ -40,8 +44,8 @@ class Interval:
     def sql(self, column: str) -> str:
         """The Spark SQL predicate `start <= column < end`, as Delta's replaceWhere takes it."""
         return (
-            f"`{column}` >= TIMESTAMP'{self.start:%Y-%m-%d %H:%M:%S.%f}' AND "
-            f"`{column}` < TIMESTAMP'{self.end:%Y-%m-%d %H:%M:%S.%f}'"
+            f"`{column}` >= TIMESTAMP'{self.start:%Y-%m-%d %H:%M:%S.%f}+00:00' AND "
+            f"`{column}` < TIMESTAMP'{self.end:%Y-%m-%d %H:%M:%S.%f}+00:00'"
         )
 
     def slice_sql(self, column: str) -> str:
@@ -181,7 +185,7 @@ def _refusal(pipeline: Pipeline, table: Table, event_time: str | None) -> str | 
         return f"its upstream {table.source} has no event-time column to slice by"
     if table.dedup_keys and not table.watermark:
         return "its dedup has no watermark, so its live query keeps every key it has seen, of every interval"
-    if table.dedup_keys and event_time not in table.dedup_keys:
+    if table.dedup_keys and event_time.lower() not in {key.lower() for key in table.dedup_keys}:
         return (
             f"its dedup keys {list(table.dedup_keys)} leave out the event time {event_time!r}, so a duplicate may lie "
             "in another interval"

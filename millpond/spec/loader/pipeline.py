@@ -147,7 +147,7 @@ class PipelineLoader(SourceLoader, TableLoader):
         return text
 
     def reprocess_schedule(self, value: Any, sources: dict[str, Any]) -> str | None:
-        """A second DAG's schedule whose every run reprocesses its data interval (docs/reprocess.md)."""
+        """The schedule of a second DAG with the same tasks, for backfills at a coarser grain (docs/reprocess.md)."""
         if value is None:
             return None
         text = str(value).strip()

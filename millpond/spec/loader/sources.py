@@ -113,8 +113,8 @@ class SourceLoader(KafkaLoader):
                 "add 'event_time: <a TIMESTAMP column of the schema>'",
             )
             return None, None
-        types = {name.lower(): kind for name, kind in ddl_types(schema)}
-        kind = types.get(str(column).lower())
+        types = {name.lower(): (name, kind) for name, kind in ddl_types(schema)}
+        column, kind = types.get(str(column).lower(), (str(column), None))
         if kind is None:
             self.problem(
                 f"{where}.event_time",

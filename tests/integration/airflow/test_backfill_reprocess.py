@@ -56,6 +56,7 @@ def backfill(api, dag_id: str, logical: datetime, conf: dict) -> object:
 
 def reprocessed(lake, dag_id_pipeline: str, run_id: str) -> dict[str, tuple]:
     summary = run_summary.load(dag_id_pipeline, run_id, root=lake)
+    assert summary and len(summary["tables"]) == 4, summary
     return {t["table"]: (t["reprocess_start"], t["reprocess_end"], t["rows_replaced"]) for t in summary["tables"]}
 
 

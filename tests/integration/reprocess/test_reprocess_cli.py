@@ -100,7 +100,14 @@ def test_a_redelivered_hour_is_rebuilt_in_every_table_and_later_files_are_read_o
     assert not pending_reprocess.pending("activity")
 
 
-def test_a_failing_gate_leaves_every_table_as_it_was_and_an_open_interval_is_refused(spark, lake, capsys):
+def silver_quarantine(spark) -> list[str]:
+    path = paths.quarantine_path("silver.activity")
+    if latest_version(path) < 0:
+        return []
+    return sorted(r.rule for r in spark.read.format("delta").load(str(path)).collect())
+
+
+def test_the_gate_applies_to_the_slice_and_an_open_interval_is_refused(spark, lake, capsys):
     activity_files(landing(lake), 3 * FILES_PER_HOUR, 40, seed=2)
     assert runner.main(["activity", "--run-id", "first"]) == 0
     tables = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
@@ -115,13 +122,34 @@ def test_a_failing_gate_leaves_every_table_as_it_was_and_an_open_interval_is_ref
         in refused
     )
     assert "Fix: reprocess an interval ending at or before the watermark" in refused
+    # An interval with no rows at all changes nothing and owes nothing.
+    assert runner.main(["activity", "--reprocess", "2026-10-31T00:00:00Z/2026-10-31T01:00:00Z"]) == 0
+    assert {t: latest_version(paths.table_path(t)) for t in tables} == before
+    assert not pending_reprocess.pending("activity")
 
-    # Hour 0 re-delivered with an activity the suite does not allow (a `fail` expectation).
-    first = landing(lake) / "activity-000003.json"
-    lines = first.read_text().splitlines()
+    # Hour 0 re-delivered with two recordings out of range: the suite's `drop` rule sets them aside...
+    file = landing(lake) / "activity-000003.json"
+    original = file.read_text().splitlines()
+    wild = [json.dumps(json.loads(line) | {"x": 99.0}) for line in original[:2]]
+    land_file(landing(lake), file.name, [*wild, *original[2:]])
+    hour_0 = "2026-11-01T00:00:00Z/2026-11-01T01:00:00Z"
+    assert runner.main(["activity", "--reprocess", hour_0]) == 0
+    assert silver_quarantine(spark) == ["expect_column_values_to_be_between(x)"] * 2
+    keys = {(r.Device, r.Index) for r in read(spark, "silver.activity").collect()}
+    assert {(json.loads(line)["Device"], json.loads(line)["Index"]) for line in original[:2]} & keys == set()
+    # ... and once the file is corrected, the next reprocess takes them back out of the quarantine.
+    land_file(landing(lake), file.name, original)
+    assert runner.main(["activity", "--reprocess", hour_0]) == 0
+    assert silver_quarantine(spark) == []
+    assert_matches_reference(spark, activity_reference(landing(lake)))
+    before = {t: latest_version(paths.table_path(t)) for t in tables}
+
+    # Hour 0 re-delivered with an activity the suite does not allow (a `fail` expectation): nothing is written.
+    lines = file.read_text().splitlines()
     record = json.loads(lines[0]) | {"gt": "fly"}
-    land_file(landing(lake), first.name, [json.dumps(record), *lines[1:]])
-    assert runner.main(["activity", "--reprocess", "2026-11-01T00:00:00Z/2026-11-01T01:00:00Z"]) == 4
+    land_file(landing(lake), file.name, [json.dumps(record), *lines[1:]])
+    capsys.readouterr()
+    assert runner.main(["activity", "--reprocess", hour_0]) == 4
     assert "expectation" in capsys.readouterr().err
     assert {t: latest_version(paths.table_path(t)) for t in tables} == before
     assert not pending_reprocess.pending("activity")

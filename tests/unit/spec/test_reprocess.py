@@ -84,6 +84,10 @@ def test_the_spec_checks_event_time_and_layout_where_they_are_written(tmp_path):
     assert "did you mean 'Recorded_At'" in text
     assert "is STRING, not TIMESTAMP" in problems_for(tmp_path, source({"event_time": "Device"}))
     assert "names no time token" in problems_for(tmp_path, source({"layout": "by-hour"}))
+    spec = copy.deepcopy(ACTIVITY)
+    spec["sources"]["activity"]["event_time"] = "recorded_at"  # Spark resolves names case-insensitively
+    pipeline = load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")
+    assert pipeline.sources["landing.activity"].event_time == "Recorded_At"  # as the schema (and raw JSON) spell it
     text = problems_for(
         tmp_path,
         lambda s: s["sources"]["activity"].pop("event_time") and s["sources"]["activity"].update({"layout": "YYYY"}),
