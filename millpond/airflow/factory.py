@@ -34,6 +34,7 @@ from millpond.airflow.operators import (
     RunSummaryOperator,
     SpecProblemsOperator,
 )
+from millpond.runs import run_summary
 from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline, unset_environment
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 INGEST_LAYERS = ("bronze", "silver")
 
 
-REPROCESS_SUFFIX = "__reprocess"
+REPROCESS_SUFFIX = run_summary.REPROCESS_DAG_SUFFIX
 
 
 def build_dag(pipeline: Pipeline, module_doc: str = "", reprocessing: bool = False) -> DAG:

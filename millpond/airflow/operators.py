@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 NO_INTERVAL = run_summary.NO_INTERVAL
 RUN_ARGS = [
     "--run-id",
-    "{{ run_id }}",
+    "{{ run_id if not dag.dag_id.endswith('"
+    + run_summary.REPROCESS_DAG_SUFFIX
+    + "') else dag.dag_id ~ '.' ~ run_id }}",
     "--trigger",
     "{{ dag_run.run_type | string | replace('DagRunType.', '') | lower }}",
     "--data-interval-start",
@@ -260,7 +262,7 @@ class QualityGateOperator(BaseOperator):
         self.pipeline, self.suites = pipeline, suites
 
     def execute(self, context: Any) -> dict[str, Any]:
-        run_id = context["run_id"]
+        _, run_id = run_summary.dag_run_key(context["dag"].dag_id, context["run_id"])
         summary = run_summary.load(self.pipeline, run_id)
         if summary is None:
             where = run_summary.summary_path(self.pipeline, run_id)
@@ -279,7 +281,7 @@ class RunSummaryOperator(BaseOperator):
         self.pipeline, self.tables = pipeline, tables
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        run_id = context["run_id"]
+        _, run_id = run_summary.dag_run_key(context["dag"].dag_id, context["run_id"])
         summary = run_summary.load(self.pipeline, run_id) or {"tables": []}
         by_table = {t["table"]: t for t in summary["tables"]}
         ordered = [by_table[t] for t in self.tables if t in by_table]

@@ -73,7 +73,7 @@ class ReportLink(BaseOperatorLink):
     name = LINK_NAME
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return report_url_path(run_report(operator.dag_id, ti_key.run_id)).lstrip("/")
+        return report_url_path(run_report(*run_summary.dag_run_key(operator.dag_id, ti_key.run_id))).lstrip("/")
 
 
 # ---------------------------------------------------------------------------------------------- the web app
@@ -133,7 +133,7 @@ def create_app() -> "FastAPI":
 
     @app.get("/runs/{dag_id}/{run_id}")
     def run_report_page(dag_id: str, run_id: str, request: Request) -> RedirectResponse:
-        target = report_url_path(run_report(dag_id, run_id)).removeprefix(MOUNT)
+        target = report_url_path(run_report(*run_summary.dag_run_key(dag_id, run_id))).removeprefix(MOUNT)
         return RedirectResponse(
             request.scope.get("root_path", "") + target, status_code=status.HTTP_307_TEMPORARY_REDIRECT
         )

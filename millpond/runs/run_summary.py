@@ -14,6 +14,20 @@ from typing import Any
 
 from millpond.lake import paths
 
+REPROCESS_DAG_SUFFIX = "__reprocess"  # a pipeline's second DAG (millpond.airflow.factory): `<pipeline>__reprocess`
+
+
+def dag_run_key(dag_id: str, run_id: str) -> tuple[str, str]:
+    """(pipeline, run id as the runner records it) for an Airflow DAG run.
+
+    A pipeline's second DAG, `<pipeline>__reprocess`, makes run ids that repeat the main DAG's (both name a run by
+    the end of its interval: the daily run and the hourly run ending at midnight are both `scheduled__...T00:00`), so
+    its runs are recorded as `<dag id>.<run id>`: their summaries and event-log rows never mix.
+    """
+    if dag_id.endswith(REPROCESS_DAG_SUFFIX):
+        return dag_id.removesuffix(REPROCESS_DAG_SUFFIX), f"{dag_id}.{run_id}"
+    return dag_id, run_id
+
 
 def summary_path(pipeline: str, run_id: str, root: Path | None = None) -> Path:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)

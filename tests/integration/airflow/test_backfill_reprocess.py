@@ -54,8 +54,8 @@ def backfill(api, dag_id: str, logical: datetime, conf: dict) -> object:
     return done
 
 
-def reprocessed(lake, dag_id_pipeline: str, run_id: str) -> dict[str, tuple]:
-    summary = run_summary.load(dag_id_pipeline, run_id, root=lake)
+def reprocessed(lake, dag_id: str, run_id: str) -> dict[str, tuple]:
+    summary = run_summary.load(*run_summary.dag_run_key(dag_id, run_id), root=lake)
     assert summary and len(summary["tables"]) == 4, summary
     return {t["table"]: (t["reprocess_start"], t["reprocess_end"], t["rows_replaced"]) for t in summary["tables"]}
 
@@ -100,7 +100,9 @@ def test_backfills_through_the_rest_api_reprocess_their_interval(stack, spark, m
     run = backfill(api, "activity__reprocess", DAY, conf={})
     assert_matches_reference(spark, activity_reference(landing))
     day = ("2026-11-01T00:00:00+00:00", "2026-11-02T00:00:00+00:00")
-    assert {t: v[:2] for t, v in reprocessed(lake, "activity", run.dag_run_id).items()} == {t: day for t in replaced}
+    assert {t: v[:2] for t, v in reprocessed(lake, "activity__reprocess", run.dag_run_id).items()} == {
+        t: day for t in replaced
+    }
 
     # A manual run with a logical date and {"reprocess": true} reprocesses its interval too: the hour that ends at
     # its logical date (the timetable's manual interval).

@@ -100,7 +100,7 @@ def test_make_up_on_a_fresh_lake_every_run_start_succeeds(stack):  # noqa: F811 
         assert first, f"no run of {dag_id} was created"
         run = finished(api, dag_id, first[0].dag_run_id, timeout=300)
         assert state_of(run) == "success", (dag_id, task_states(api, dag_id, run.dag_run_id))
-        summary = run_summary.load(dag_id, run.dag_run_id, root=lake)
+        summary = run_summary.load(*run_summary.dag_run_key(dag_id, run.dag_run_id), root=lake)
         assert summary and all(t["outcome"] == "succeeded" and t["rows_written"] == 0 for t in summary["tables"])
         assert any("nothing has landed in landing/" in (t.get("nothing_yet") or "") for t in summary["tables"])
     assert not (lake / "bronze").exists(), "a run on a fresh lake created a table"

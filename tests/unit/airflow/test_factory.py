@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from millpond import settings
+from millpond.runs import run_summary
 from millpond.spec import all_spec_paths, load_pipeline
 from tests.support import REPO
 
@@ -111,6 +112,7 @@ def render(dag, task_id, params, run_type="scheduled", interval=True):
 
     task = dag.get_task(task_id)
     context = {
+        "dag": dag,
         "run_id": "scheduled__2026-11-01T01:00:00+00:00",
         "dag_run": SimpleNamespace(run_type=run_type),
         "params": {"full_refresh": params},
@@ -365,3 +367,12 @@ def test_a_reprocess_schedule_adds_a_dag_with_the_same_tasks_on_that_schedule(da
     assert daily.timetable.expression == "0 0 * * *"
     assert daily.get_task("ingest").application_args[0] == "activity"  # the same pipeline, its lock and tables
     assert dagbag.dags["activity"].params["reprocess"] is None
+
+
+def test_the_second_dag_records_its_runs_apart_from_the_main_dag(dagbag):
+    """Both DAGs name a run by its interval's end: the daily run and the hourly run ending at midnight share an id."""
+    assert render(dagbag.dags["activity"], "ingest", [])["--run-id"] == "scheduled__2026-11-01T01:00:00+00:00"
+    daily = render(dagbag.dags["activity__reprocess"], "ingest", [])["--run-id"]
+    assert daily == "activity__reprocess.scheduled__2026-11-01T01:00:00+00:00"
+    assert run_summary.dag_run_key("activity__reprocess", "r") == ("activity", "activity__reprocess.r")
+    assert run_summary.dag_run_key("activity", "r") == ("activity", "r")
