@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from millpond import settings
+from millpond.dev import process_group
 
 if TYPE_CHECKING:  # annotations only: a DAG file imports nothing of Spark
     from pyspark.sql import Row, SparkSession
@@ -293,7 +294,7 @@ def up(home: Path = LOCAL_HOME, port: int = LOCAL_PORT) -> KafkaBroker:
     """Start the local broker in the background (or find it running) and create the specs' topics."""
     pgid_file = home / "broker.pgid"
     broker = KafkaBroker(home, port)
-    if pgid_file.exists() and _group_alive(int(pgid_file.read_text())):
+    if pgid_file.exists() and process_group.alive(int(pgid_file.read_text())):
         if not broker.accepts():
             raise BrokerFailed(
                 f"a broker of {home} runs (process group {pgid_file.read_text().strip()}) but not on "
@@ -316,28 +317,7 @@ def up(home: Path = LOCAL_HOME, port: int = LOCAL_PORT) -> KafkaBroker:
 
 def down(home: Path = LOCAL_HOME) -> bool:
     """Stop the local broker (SIGTERM, SIGKILL after 30 s); its data stays. False if none was running."""
-    pgid_file = home / "broker.pgid"
-    if not pgid_file.exists():
-        return False
-    pgid = int(pgid_file.read_text())
-    running = _group_alive(pgid)
-    if running:
-        os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if _group_alive(pgid):
-            os.killpg(pgid, signal.SIGKILL)
-    pgid_file.unlink()
-    return running
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+    return process_group.stop(home / "broker.pgid", grace_seconds=30, poll_seconds=0.5)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,7 @@ import urllib.request
 from pathlib import Path
 
 from millpond import settings
+from millpond.dev import process_group
 from millpond.dev.kafka_broker import free_port
 
 JAR_DIR = settings.cache_dir() / "s3proxy"
@@ -206,7 +207,7 @@ def up(home: Path = LOCAL_HOME, port: int = LOCAL_PORT, bucket: str = LOCAL_BUCK
     """
     pgid_file = home / "s3proxy.pgid"
     server = S3Server(home, port)
-    if pgid_file.exists() and _group_alive(int(pgid_file.read_text())):
+    if pgid_file.exists() and process_group.alive(int(pgid_file.read_text())):
         print(
             f"the local S3 server already runs on {server.endpoint}; its credentials were printed when it started "
             "and are stored nowhere. For a new set (and an empty store): make s3-down && make s3-up"
@@ -228,28 +229,7 @@ def up(home: Path = LOCAL_HOME, port: int = LOCAL_PORT, bucket: str = LOCAL_BUCK
 
 def down(home: Path = LOCAL_HOME) -> bool:
     """Stop the local server (SIGTERM, SIGKILL after 20 s) and so empty it. False if none was running."""
-    pgid_file = home / "s3proxy.pgid"
-    if not pgid_file.exists():
-        return False
-    pgid = int(pgid_file.read_text())
-    running = _group_alive(pgid)
-    if running:
-        os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.3)
-        if _group_alive(pgid):
-            os.killpg(pgid, signal.SIGKILL)
-    pgid_file.unlink()
-    return running
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+    return process_group.stop(home / "s3proxy.pgid", grace_seconds=20, poll_seconds=0.3)
 
 
 def main(argv: list[str] | None = None) -> int:
