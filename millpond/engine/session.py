@@ -66,6 +66,8 @@ def build_spark_session(
     starts the JVM.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
+    if engine_remote() is None and "SPARK_REMOTE" in os.environ:  # set but blank: pyspark would refuse a master
+        del os.environ["SPARK_REMOTE"]
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
         builder = builder.master(master or settings.SPARK_MASTER.value())
@@ -84,6 +86,37 @@ def build_spark_session(
     spark.sparkContext.setLogLevel(settings.SPARK_LOG_LEVEL.raw() or "ERROR")
     if (spark.sparkContext.master or "").startswith("local"):  # pyspark types it optional; a context has one
         spark.conf.set(LISTING_THRESHOLD, str(LOCAL_LISTING_THRESHOLD))
+    return spark
+
+
+def engine_remote() -> str | None:
+    """The engine a run uses: `SPARK_REMOTE` (pyspark's own variable), unless this process runs under spark-submit
+    (a JVM of its own is already up)."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    return os.environ.get("SPARK_REMOTE", "").strip() or None
+
+
+def connect_session(remote: str, shuffle_partitions: int = 2) -> SparkSession:
+    """A new Spark Connect session on the engine (millpond.engine.connect_server): a session id of its own, so no
+    conf, view or tag of another run is seen. Raises EngineError when the engine runs other code than this
+    process (its fingerprint, `spark.millpond.fingerprint`, differs): a run never runs stale code."""
+    from millpond.engine.connect_server import (
+        FINGERPRINT_CONF,
+        EngineError,
+        code_fingerprint,
+        read_state,
+        stale_message,
+    )
+
+    spark = SparkSession.builder.remote(remote).create()
+    server = spark.conf.get(FINGERPRINT_CONF, None)
+    ours, parts = code_fingerprint()
+    if server != ours:
+        spark.stop()
+        state = read_state()
+        raise EngineError(stale_message(server, ours, state.parts if state else {}, parts))
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     return spark
 
 
