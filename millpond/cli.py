@@ -221,7 +221,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     lake = settings.lake_root()
     try:
         if args.action == "start":
-            state, started = engine.start(args.host, args.port, args.master, args.foreground)
+            state, started = engine.start(args.host, args.port, args.master, args.foreground, not args.no_token)
             print(
                 f"millpond: engine pid {state.pid} {'started' if started else 'already up'} on "
                 f"{state.host}:{state.port} for {lake} (code {state.fingerprint}); log {state.log}. Runs use it with "
@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     engine.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     engine.add_argument("--master", default=None, help="Spark master (default MILLPOND_SPARK_MASTER)")
     engine.add_argument("--foreground", action="store_true", help="become the server (a container's command)")
+    engine.add_argument(
+        "--no-token", action="store_true", help="no token: only on a private network with no published port"
+    )
     engine.add_argument("--json", action="store_true")
     engine.set_defaults(func=cmd_engine)
     status = sub.add_parser("status", help="each table's path, rows and version, and the last run's outcome")

@@ -70,7 +70,7 @@ class EngineState:
         """The SPARK_REMOTE value. `localhost`, not 127.0.0.1: pyspark sends a token without TLS only to a host
         named `localhost` (gRPC local credentials); to any other host it insists on TLS."""
         host = "localhost" if self.host in ("127.0.0.1", "localhost") else self.host
-        return f"sc://{host}:{self.port}/;token={self.token}"
+        return f"sc://{host}:{self.port}/" + (f";token={self.token}" if self.token else "")
 
 
 def engine_dir(lake: Path | None = None) -> Path:
@@ -83,6 +83,14 @@ def state_path(lake: Path | None = None) -> Path:
 
 def log_path(lake: Path | None = None) -> Path:
     return engine_dir(lake) / "engine.log"
+
+
+def remote() -> str | None:
+    """The engine a run uses: `SPARK_REMOTE` (pyspark's own variable), unless this process runs under spark-submit
+    (a JVM of its own is already up)."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    return os.environ.get(REMOTE_ENV, "").strip() or None
 
 
 # ------------------------------------------------------------------------------------------------ fingerprint
@@ -240,17 +248,21 @@ def server_environment(token: str) -> dict[str, str]:
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
             "SPARK_LOCAL_IP": env.get("SPARK_LOCAL_IP", "127.0.0.1"),
             "PYTHONPATH": os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(settings.project_root())])),
-            TOKEN_ENV: token,
         }
     )
+    env.pop(TOKEN_ENV, None)
+    if token:
+        env[TOKEN_ENV] = token
     return env
 
 
 def start(
-    host: str = "127.0.0.1", port: int = 0, master: str | None = None, foreground: bool = False
+    host: str = "127.0.0.1", port: int = 0, master: str | None = None, foreground: bool = False, token: bool = True
 ) -> tuple[EngineState, bool]:
     """(the lake's engine, whether this call started it). An engine already up with the same code is reused; one
-    with other code is an error naming the restart. `foreground` becomes the server (a container's command)."""
+    with other code is an error naming the restart. `foreground` becomes the server (a container's command).
+    `token=False` only on a private network (docker-compose, no published port): pyspark sends a token only to
+    `localhost` or over TLS."""
     lake = settings.lake_root()
     fingerprint, parts = code_fingerprint()
     current = read_state(lake)
@@ -258,25 +270,25 @@ def start(
         if current.fingerprint != fingerprint:
             raise EngineError(stale_message(current.fingerprint, fingerprint, current.parts, parts))
         return current, False
-    token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)  # a container's may come from its .env
+    secret = (os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)) if token else ""
     port = port or _free_port(host)
     log = log_path(lake)
     engine_dir(lake).mkdir(parents=True, exist_ok=True)
     os.chmod(engine_dir(lake), 0o700)
     command = server_command(master or settings.SPARK_MASTER.value(), host, port, fingerprint)
     if foreground:  # spark-submit execs the JVM: this pid becomes the server's
-        _write_state(EngineState(os.getpid(), port, host, token, fingerprint, parts, _now(), "-"), lake)
-        os.execve(command[0], command, server_environment(token))
+        _write_state(EngineState(os.getpid(), port, host, secret, fingerprint, parts, _now(), "-"), lake)
+        os.execve(command[0], command, server_environment(secret))
     with open(log, "ab") as out:
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=server_environment(token),
+            env=server_environment(secret),
             start_new_session=True,  # its own process group: stop() ends the JVM and its Python workers together
         )
-    state = EngineState(process.pid, port, host, token, fingerprint, parts, _now(), str(log))
+    state = EngineState(process.pid, port, host, secret, fingerprint, parts, _now(), str(log))
     _write_state(state, lake)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not _port_open(host, port):

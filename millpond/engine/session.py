@@ -90,11 +90,10 @@ def build_spark_session(
 
 
 def engine_remote() -> str | None:
-    """The engine a run uses: `SPARK_REMOTE` (pyspark's own variable), unless this process runs under spark-submit
-    (a JVM of its own is already up)."""
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
-        return None
-    return os.environ.get("SPARK_REMOTE", "").strip() or None
+    """The engine a run uses (SPARK_REMOTE), or None for a JVM of its own: millpond.engine.connect_server.remote."""
+    from millpond.engine.connect_server import remote
+
+    return remote()
 
 
 def connect_session(remote: str, shuffle_partitions: int = 2) -> SparkSession:
