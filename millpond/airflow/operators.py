@@ -140,6 +140,14 @@ class MillpondSparkSubmitOperator(BaseOperator):
 
         if connect_server.remote() is None:
             return False
+        if self.conf:  # a running server's session cannot take them all (spark.driver.*, spark.jars, ...)
+            self.log.info(
+                "SPARK_REMOTE is set, but this task sets its own Spark conf (%s), which only a new JVM applies: "
+                "submitting with spark-submit",
+                ", ".join(sorted(self.conf)),
+            )
+            os.environ.pop(connect_server.REMOTE_ENV)  # spark-submit would read it as its --remote
+            return False
         env = {**os.environ, **job_env(), **self.env_vars}
         command = [sys.executable, "-m", "millpond.engine.runner", *self.application_args]
         self._engine_run = subprocess.Popen(
