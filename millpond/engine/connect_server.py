@@ -40,7 +40,7 @@ from millpond import settings
 from millpond.lake import paths
 
 FINGERPRINT_CONF = "spark.millpond.fingerprint"
-TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark's own: the server reads its token from it
+AUTH_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark's own: the server reads its token from it
 REMOTE_ENV = "SPARK_REMOTE"  # pyspark's own: where a client session goes
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT_SECONDS = 180.0
@@ -250,9 +250,9 @@ def server_environment(token: str) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(settings.project_root())])),
         }
     )
-    env.pop(TOKEN_ENV, None)
+    env.pop(AUTH_ENV, None)
     if token:
-        env[TOKEN_ENV] = token
+        env[AUTH_ENV] = token
     return env
 
 
@@ -270,7 +270,7 @@ def start(
         if current.fingerprint != fingerprint:
             raise EngineError(stale_message(current.fingerprint, fingerprint, current.parts, parts))
         return current, False
-    secret = (os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)) if token else ""
+    secret = (os.environ.get(AUTH_ENV) or secrets.token_urlsafe(32)) if token else ""
     port = port or _free_port(host)
     log = log_path(lake)
     engine_dir(lake).mkdir(parents=True, exist_ok=True)
