@@ -218,6 +218,31 @@ def test_a_run_with_other_code_than_the_engine_refuses(lake, engine, tmp_path):
     assert "STALE, jars changed since start" in shown.stdout
 
 
+def test_the_clicks_pipeline_on_the_engine_equals_a_run_in_a_jvm_of_its_own(spark, tmp_path, engine):
+    """A stream-stream join, a dimension lookup and gold aggregates: the same landed files run on the engine and in a
+    JVM of the run's own give the same rows in every table (the time of ingestion aside)."""
+    from millpond.spec import load_pipeline
+
+    lakes = {side: tmp_path / side for side in ("engine", "own-jvm")}
+    for seed in (1, 2):
+        for side, lake in lakes.items():
+            env = clean_env(MILLPOND_LAKE=str(lake))
+            landed = millpond(env, "generate", "clicks", "--files", "1", "--rows", "300", "--seed", str(seed))
+            assert landed.returncode == 0, landed.stderr
+            if side == "engine":
+                env = run_env(lake, engine)
+            result = millpond(env, "run", "clicks")
+            assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+            assert ("on the engine at" in result.stdout) == (side == "engine")
+    for table_id in load_pipeline("clicks").tables:
+        sides = []
+        for lake in lakes.values():
+            df = spark.read.format("delta").load(str(paths.table_path(table_id, lake))).drop("_ingested_at")
+            rows = [tuple(v.replace(str(lake), "<lake>") if isinstance(v, str) else v for v in r) for r in df.collect()]
+            sides.append(sorted(rows, key=repr))
+        assert sides[0] == sides[1] and sides[0], table_id
+
+
 def test_stop_ends_the_server_and_its_process_group(engine):
     pid = engine["state"]["pid"]
     stopped = millpond(engine["env"], "engine", "stop", timeout=120)
