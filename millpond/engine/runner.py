@@ -11,15 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from millpond.engine import driver_jit, speedups, warm_driver
 from millpond.lake import checkpoints, file_sink_log, paths
@@ -27,9 +22,6 @@ from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.runs import event_log
 from millpond.runs.run_record import RunContext, TableResult, cli_run_id
 from millpond.spec import LAYERS, FileSource, Pipeline, SpecError, Table, environment_problems, load_pipeline
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -177,13 +169,16 @@ def _run_locked(
     # Heavy imports only now: validation and lock errors above answer in well under a second.
     from pyspark import SparkContext
 
+    from millpond.engine.connect_server import EngineError
+    from millpond.engine.progress import batch_rows, listening
     from millpond.engine.session import (
         build_spark_session,
         compiles_huge_methods,
-        connect_session,
         driver_jit_in_effect,
         engine_remote,
+        engine_session,
     )
+    from millpond.engine.streaming import TableFailed, run_table
 
     if refresh:
         roots = [t for t in refresh if not set(pipeline.tables[t].upstreams) & set(refresh)]
@@ -200,48 +195,20 @@ def _run_locked(
         )
     # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
     # (Per process, not per thread as getActiveSession is: the warm driver runs each run in a thread of its own.)
-    remote = engine_remote()  # the engine (SPARK_REMOTE): a Connect session of this run's own, no JVM here
-    launching = remote is None and SparkContext._active_spark_context is None
+    launching = SparkContext._active_spark_context is None and engine_remote() is None
     phases = {"launch": seconds_since_launch()} if launching else {}
     jit = driver_jit.choose(pipeline, tables, bool(refresh))
     started = time.perf_counter()
-    if remote:
-        from millpond.engine.connect_server import EngineError
-
-        try:
-            spark = connect_session(remote, pipeline.shuffle_partitions)
-        except EngineError as exc:
-            print(f"millpond: {exc}", file=sys.stderr)
-            return 2
-        print(
-            f"millpond: on the engine at {remote.split(';')[0]}, session {getattr(spark, 'session_id', '?')}",
-            flush=True,
-        )
-    else:
-        spark = build_spark_session(
+    try:  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
+        spark = engine_session(pipeline.shuffle_partitions, run_id) or build_spark_session(
             f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master, jit.java_options
         )
+    except EngineError as exc:  # the engine runs other code than this run: nothing ran
+        print(f"millpond: {exc}", file=sys.stderr)
+        return 2
     phases["spark_session"] = time.perf_counter() - started
     if launching:
         print(driver_jit_line(jit, driver_jit_in_effect(spark), compiles_huge_methods(spark)), flush=True)
-    if remote:
-        with released_on_exit(spark, run.run_id):
-            return _run_tables(pipeline, tables, refresh, args, run, spark, phases)
-    return _run_tables(pipeline, tables, refresh, args, run, spark, phases)
-
-
-def _run_tables(
-    pipeline: Pipeline,
-    tables: list[str],
-    refresh: list[str],
-    args: argparse.Namespace,
-    run: RunContext,
-    spark: SparkSession,
-    phases: dict[str, float],
-) -> int:
-    from millpond.engine.progress import batch_rows, listening
-    from millpond.engine.streaming import TableFailed, run_table
-
     results: list[TableResult] = []
     failed = None
     with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
@@ -282,29 +249,6 @@ def _run_tables(
             print(format_result(result), flush=True)
     phases.update({r.table: r.seconds for r in results})
     return record_run(pipeline, run, results, phases, args, batch_rows(pipeline.name, run.run_id, listener))
-
-
-@contextmanager
-def released_on_exit(spark: SparkSession, run_id: str) -> Iterator[None]:
-    """A run on the engine releases its Connect session however it ends, SIGTERM included (Airflow's on_kill): the
-    server then stops the session's queries. A SIGKILLed run cannot: its batches stop at their next commit
-    (millpond.engine.connect_batch)."""
-
-    def terminate(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = (
-        signal.signal(signal.SIGTERM, terminate) if threading.current_thread() is threading.main_thread() else None
-    )
-    try:
-        yield
-    finally:
-        try:
-            spark.stop()
-        finally:
-            shutil.rmtree(paths.system_path("engine_runs") / run_id, ignore_errors=True)  # the batches' reports
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
 
 
 def driver_jit_for(argv: list[str]) -> driver_jit.DriverJit:

@@ -3,7 +3,11 @@ small local runs."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,6 +16,7 @@ from pyspark.sql import SparkSession
 from millpond import settings
 from millpond.engine import jars
 from millpond.engine.driver_jit import executor_java_options
+from millpond.lake import paths
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
 BASE_CONF = {
@@ -116,6 +121,32 @@ def connect_session(remote: str, shuffle_partitions: int = 2) -> SparkSession:
         state = read_state()
         raise EngineError(stale_message(server, ours, state.parts if state else {}, parts))
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    return spark
+
+
+def engine_session(shuffle_partitions: int, run_id: str) -> SparkSession | None:
+    """With SPARK_REMOTE set (millpond.engine.connect_server), a Connect session of this run's own on the engine,
+    else None (the run starts a JVM of its own). Raises EngineError when the engine runs other code than this run.
+
+    The session is released when this process exits, SIGTERM included (Airflow's on_kill): the server then stops
+    the session's queries. A SIGKILLed run cannot release it: its batches stop at their next commit instead
+    (millpond.engine.connect_batch)."""
+    remote = engine_remote()
+    if remote is None:
+        return None
+    spark = connect_session(remote, shuffle_partitions)
+    print(f"millpond: on the engine at {remote.split(';')[0]}, session {getattr(spark, 'session_id', '?')}", flush=True)
+
+    def release() -> None:
+        spark.stop()
+        shutil.rmtree(paths.system_path("engine_runs") / run_id, ignore_errors=True)  # the batches' reports
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    atexit.register(release)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, terminate)
     return spark
 
 
