@@ -25,7 +25,7 @@ help:
 	@echo "make check  the fast lane (minutes): lint (ruff check, ruff format --check, mypy), then the unit tests"
 	@echo "make test   set up, then run every test (unit + integration, kill tests included)"
 	@echo "make run-dag PIPELINE=<name>  one DAG run through Airflow (airflow dags test, SQLite, honours MILLPOND_LAKE)"
-	@echo "make up     Airflow scheduler + UI/API + dag-processor + triggerer in the background (login required)"
+	@echo "make up     the engine, then Airflow scheduler + UI/API + dag-processor + triggerer in the background"
 	@echo "make down   stop everything make up started"
 	@echo "make kafka-up / kafka-down  a local Kafka broker (KAFKA_PORT=9092) with the specs' topics, for device_status"
 	@echo "make s3-up / s3-down  a local S3 server (s3proxy, S3_PORT=9000): prints the AWS_* variables for an s3a:// lake"
@@ -150,11 +150,15 @@ ONLY ?=
 bench: setup airflow-db
 	$(BIN)/python -m bench.run --scale $(SCALE) $(if $(ONLY),--only $(ONLY))
 
+# The engine (docs/engine.md) starts first and the Airflow tasks run on it through SPARK_REMOTE; ENGINE=off gives
+# each task a JVM of its own (spark-submit) instead.
+ENGINE ?= on
 up: setup airflow-db
-	scripts/airflow-up.sh
+	$(if $(filter on,$(ENGINE)),remote="$$($(BIN)/millpond engine start)" || exit 1; export SPARK_REMOTE="$$remote";) \
+	    scripts/airflow-up.sh
 
 down:
-	scripts/airflow-down.sh
+	scripts/airflow-down.sh; status=$$?; $(BIN)/millpond engine stop; exit $$status
 
 # The report pages are checked in a real headless browser (tests/integration/quality_gate/test_reports_browser.py).
 # Installing one is the machine owner's call (it needs root), so a missing browser stops `make test` here, naming

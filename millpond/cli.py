@@ -214,6 +214,43 @@ def cmd_driver(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_engine(args: argparse.Namespace) -> int:
+    """`millpond engine start|status|stop`: the lake's Spark Connect server (millpond.engine.connect_server)."""
+    from millpond.engine import connect_server as engine
+
+    lake = settings.lake_root()
+    try:
+        if args.action == "start":
+            state, started = engine.start(args.host, args.port, args.master, args.foreground, not args.no_token)
+            print(
+                f"millpond: engine pid {state.pid} {'started' if started else 'already up'} on "
+                f"{state.host}:{state.port} for {lake} (code {state.fingerprint}); log {state.log}. Runs use it with "
+                f"SPARK_REMOTE set to the line below",
+                file=sys.stderr,
+            )
+            print(state.remote)
+            return 0
+        if args.action == "stop":
+            stopped = engine.stop(lake)
+            print(f"millpond: engine of {lake}: " + (f"pid {stopped.pid} stopped" if stopped else "none running"))
+            return 0
+        info = engine.status(lake)
+    except engine.EngineError as exc:
+        print(f"millpond: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(info, indent=2))
+    elif info is None:
+        print(f"engine of {lake}: down (none started)")
+    else:
+        stale = f"; STALE, {', '.join(info['stale_parts'])} changed since start" if info["stale_parts"] else ""
+        print(
+            f"engine of {lake}: {'up' if info['up'] else 'down'}, pid {info['pid']}, port {info['port']}, code "
+            f"{info['fingerprint']}{stale}; log {info['log']}"
+        )
+    return 0 if info and info["up"] else 1
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Each table's path, row count and version from its Delta log (a file sink: its `_spark_metadata` log, the
     version being the newest batch id), and the last run's outcome (no JVM)."""
@@ -301,6 +338,20 @@ def main(argv: list[str] | None = None) -> int:
     driver.add_argument("action", choices=("start", "stop", "status"))
     driver.add_argument("--json", action="store_true")
     driver.set_defaults(func=cmd_driver)
+    engine = sub.add_parser(
+        "engine",
+        help="start, stop or show the lake's engine: a Spark Connect server runs use through SPARK_REMOTE",
+    )
+    engine.add_argument("action", choices=("start", "stop", "status"))
+    engine.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    engine.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    engine.add_argument("--master", default=None, help="Spark master (default MILLPOND_SPARK_MASTER)")
+    engine.add_argument("--foreground", action="store_true", help="become the server (a container's command)")
+    engine.add_argument(
+        "--no-token", action="store_true", help="no token: only on a private network with no published port"
+    )
+    engine.add_argument("--json", action="store_true")
+    engine.set_defaults(func=cmd_engine)
     status = sub.add_parser("status", help="each table's path, rows and version, and the last run's outcome")
     status.add_argument("pipeline")
     status.add_argument("--json", action="store_true")

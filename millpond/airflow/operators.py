@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
 import sys
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -104,6 +106,8 @@ class MillpondSparkSubmitOperator(BaseOperator):
             self.log.info("Reprocessing the data interval %s (docs/reprocess.md)", interval)
         if self.run_without_spark():
             return
+        if self.run_on_engine():  # SPARK_REMOTE: the engine (millpond.engine.connect_server), no spark-submit
+            return
         master = spark_master(self._conn_id)
         self.log.info("Spark master %s (connection %r)", master, self._conn_id)
         if self.run_in_warm_driver(master):
@@ -135,6 +139,39 @@ class MillpondSparkSubmitOperator(BaseOperator):
         raise AirflowException(
             f"millpond runner exited {code} before any Spark application: {reason}." + (f"\n{detail}" if detail else "")
         )
+
+    def run_on_engine(self) -> bool:
+        """SPARK_REMOTE set: the run goes to the engine as a runner process of its own, its output in this task's
+        log. on_kill sends it SIGTERM, which releases its Connect session: the server stops its queries."""
+        from millpond.engine import connect_server
+
+        if connect_server.remote() is None:
+            return False
+        if self.conf:  # a running server's session cannot take them all (spark.driver.*, spark.jars, ...)
+            self.log.info(
+                "SPARK_REMOTE is set, but this task sets its own Spark conf (%s), which only a new JVM applies: "
+                "submitting with spark-submit",
+                ", ".join(sorted(self.conf)),
+            )
+            os.environ.pop(connect_server.REMOTE_ENV)  # spark-submit would read it as its --remote
+            return False
+        env = {**os.environ, **job_env(), **self.env_vars}
+        command = [sys.executable, "-m", "millpond.engine.runner", *self.application_args]
+        self._engine_run = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        lines: list[str] = []
+        assert self._engine_run.stdout is not None
+        for line in self._engine_run.stdout:
+            self.log.info("%s", line.rstrip("\n"))
+            lines = [*lines[-19:], line.rstrip("\n")]
+        code = self._engine_run.wait()
+        if code != 0:
+            detail = "\n".join(lines)
+            raise AirflowException(
+                f"millpond runner exited {code} on the engine: {EXIT_CODES.get(code, 'see the log above')}.\n{detail}"
+            )
+        return True
 
     def run_in_warm_driver(self, master: str) -> bool:
         """MILLPOND_WARM_DRIVER=on and a local master: the lake's warm driver runs this task's run, no spark-submit.
@@ -204,6 +241,13 @@ class MillpondSparkSubmitOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._hook is not None:
             self._hook.on_kill()
+        run = getattr(self, "_engine_run", None)
+        if run is not None and run.poll() is None:  # TERM: the runner releases its session; KILL if it hangs
+            run.terminate()
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                run.kill()
 
 
 def reprocess_interval(context: Any) -> str | None:

@@ -1,6 +1,7 @@
 """The fault points the kill tests use: the run SIGKILLs itself exactly there, as a crash would stop it.
 
 MILLPOND_FAULT=`<table id>:<point>[:<batch id>]` names one point of one table (of one batch, or of every batch).
+On the engine the batch points are reached in the server's batch worker: the run's own process is killed there.
 The points sit between the commits whose order the exactly-once guarantees depend on (docs/reliability.md):
 
     before_write    offsets logged for the batch, nothing written to Delta yet
@@ -25,4 +26,17 @@ def inject_fault(table_id: str, point: str, batch_id: int | None = None) -> None
     wanted = settings.FAULT.value().split(":")
     if len(wanted) >= 2 and wanted[0] == table_id and wanted[1] == point:
         if len(wanted) == 2 or batch_id is None or int(wanted[2]) == batch_id:
-            os.kill(os.getpid(), signal.SIGKILL)
+            _crash()
+
+
+def _crash() -> None:
+    """SIGKILL the run. In an engine's batch worker (millpond.engine.connect_batch) the run is the client process
+    holding the pipeline lock: it is killed, and the batch goes on until its next commit finds the run gone."""
+    from millpond.engine.connect_batch import server_guard
+
+    guard = server_guard()
+    if guard is None:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return
+    os.kill(guard.client_pid, signal.SIGKILL)
+    guard.wait_gone()

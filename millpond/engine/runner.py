@@ -216,8 +216,15 @@ def _run_locked(
     # Heavy imports only now: validation and lock errors above answer in well under a second.
     from pyspark import SparkContext
 
+    from millpond.engine.connect_server import EngineError
     from millpond.engine.progress import batch_rows, listening
-    from millpond.engine.session import build_spark_session, compiles_huge_methods, driver_jit_in_effect
+    from millpond.engine.session import (
+        build_spark_session,
+        compiles_huge_methods,
+        driver_jit_in_effect,
+        engine_remote,
+        engine_session,
+    )
     from millpond.engine.streaming import TableFailed, run_table
 
     if refresh:
@@ -235,11 +242,17 @@ def _run_locked(
         )
     # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
     # (Per process, not per thread as getActiveSession is: the warm driver runs each run in a thread of its own.)
-    launching = SparkContext._active_spark_context is None
+    launching = SparkContext._active_spark_context is None and engine_remote() is None
     phases = {"launch": seconds_since_launch()} if launching else {}
     jit = driver_jit.choose(pipeline, tables, bool(refresh))
     started = time.perf_counter()
-    spark = build_spark_session(f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master, jit.java_options)
+    try:  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
+        spark = engine_session(pipeline.shuffle_partitions, run_id) or build_spark_session(
+            f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master, jit.java_options
+        )
+    except EngineError as exc:  # the engine runs other code than this run: nothing ran
+        print(f"millpond: {exc}", file=sys.stderr)
+        return 2
     phases["spark_session"] = time.perf_counter() - started
     if launching:
         print(driver_jit_line(jit, driver_jit_in_effect(spark), compiles_huge_methods(spark)), flush=True)

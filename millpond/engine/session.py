@@ -3,7 +3,11 @@ small local runs."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,6 +16,7 @@ from pyspark.sql import SparkSession
 from millpond import settings
 from millpond.engine import jars, s3a
 from millpond.engine.driver_jit import executor_java_options
+from millpond.lake import paths
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
 BASE_CONF = {
@@ -66,6 +71,8 @@ def build_spark_session(
     starts the JVM.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
+    if engine_remote() is None and "SPARK_REMOTE" in os.environ:  # set but blank: pyspark would refuse a master
+        del os.environ["SPARK_REMOTE"]
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
         master = master or settings.SPARK_MASTER.value()
@@ -87,6 +94,62 @@ def build_spark_session(
     spark.sparkContext.setLogLevel(settings.SPARK_LOG_LEVEL.raw() or "ERROR")
     if (spark.sparkContext.master or "").startswith("local"):  # pyspark types it optional; a context has one
         spark.conf.set(LISTING_THRESHOLD, str(LOCAL_LISTING_THRESHOLD))
+    return spark
+
+
+def engine_remote() -> str | None:
+    """The engine a run uses (SPARK_REMOTE), or None for a JVM of its own: millpond.engine.connect_server.remote."""
+    from millpond.engine.connect_server import remote
+
+    return remote()
+
+
+def connect_session(remote: str, shuffle_partitions: int = 2) -> SparkSession:
+    """A new Spark Connect session on the engine (millpond.engine.connect_server): a session id of its own, so no
+    conf, view or tag of another run is seen. Raises EngineError when the engine runs other code than this
+    process (its fingerprint, `spark.millpond.fingerprint`, differs): a run never runs stale code."""
+    from millpond.engine.connect_server import (
+        FINGERPRINT_CONF,
+        EngineError,
+        code_fingerprint,
+        read_state,
+        stale_message,
+    )
+
+    spark = SparkSession.builder.remote(remote).create()
+    server = spark.conf.get(FINGERPRINT_CONF, None)
+    ours, parts = code_fingerprint()
+    if server != ours:
+        spark.stop()
+        state = read_state()
+        raise EngineError(stale_message(server, ours, state.parts if state else {}, parts))
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    return spark
+
+
+def engine_session(shuffle_partitions: int, run_id: str) -> SparkSession | None:
+    """With SPARK_REMOTE set (millpond.engine.connect_server), a Connect session of this run's own on the engine,
+    else None (the run starts a JVM of its own). Raises EngineError when the engine runs other code than this run.
+
+    The session is released when this process exits, SIGTERM included (Airflow's on_kill): the server then stops
+    the session's queries. A SIGKILLed run cannot release it: its batches stop at their next commit instead
+    (millpond.engine.connect_batch)."""
+    remote = engine_remote()
+    if remote is None:
+        return None
+    spark = connect_session(remote, shuffle_partitions)
+    print(f"millpond: on the engine at {remote.split(';')[0]}, session {getattr(spark, 'session_id', '?')}", flush=True)
+
+    def release() -> None:
+        spark.stop()
+        shutil.rmtree(paths.system_path("engine_runs") / run_id, ignore_errors=True)  # the batches' reports
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    atexit.register(release)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, terminate)
     return spark
 
 

@@ -14,13 +14,14 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.utils import CapturedException
 
 from millpond import settings
-from millpond.engine import sources
+from millpond.engine import connect_batch, sources
 from millpond.engine.faults import inject_fault
 from millpond.engine.plan import plan_table
 from millpond.engine.progress import ProgressListener, watermark_of
@@ -77,7 +78,13 @@ def start_query(
         writer = writer.format(table.sink.format).options(**table.sink.options)
         writer = writer.option("path", str(paths.table_path(table.id)))
     else:
-        writer = writer.foreachBatch(sink_for(spark, pipeline, table, app_id, run, result, listener))
+        sink = sink_for(spark, pipeline, table, app_id, run, result, listener)
+        if connect_batch.is_remote(spark):  # on the engine: the sink runs in the server's batch worker
+            guard = connect_batch.guard_for(pipeline.name, run.run_id)
+            report = connect_batch.report_path(run.run_id, table.id)
+            writer = writer.foreachBatch(connect_batch.ServerSideBatch(sink, guard, report))
+        else:
+            writer = writer.foreachBatch(sink)
     if table.trigger.kind == "availableNow":
         writer = writer.trigger(availableNow=True)
     elif table.trigger.kind == "once":
@@ -86,6 +93,16 @@ def start_query(
         assert table.trigger.interval is not None  # the spec loader sets it for every processingTime trigger
         writer = writer.trigger(processingTime=table.trigger.interval)
     return writer.start()
+
+
+def await_query(spark: SparkSession, query: StreamingQuery) -> None:
+    """Wait for the query's end (raising its error). On the engine, in short waits: a SIGTERM reaches the run
+    between them (it then releases its session, which stops the query on the server)."""
+    if not connect_batch.is_remote(spark):
+        query.awaitTermination()
+        return
+    while not query.awaitTermination(2):
+        pass
 
 
 def run_table(
@@ -112,15 +129,19 @@ def run_table(
             result.input_unchanged, result.state_rows = True, int(previous.get("state_rows", 0))
         else:
             query = start_query(spark, pipeline, table, run, result, listener)
-            if table.trigger.kind == "processingTime":
-                query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
-                query.stop()
-            query.awaitTermination()
+            try:
+                if table.trigger.kind == "processingTime":
+                    query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
+                    query.stop()
+                await_query(spark, query)
+            finally:  # on the engine, what the batches counted comes back from the server's worker
+                if connect_batch.is_remote(spark):
+                    connect_batch.fold_report(result, listener, connect_batch.report_path(run.run_id, table.id))
             inject_fault(table.id, "after_query")  # every batch committed; millpond's own records not yet
             collect_progress(listener.progress_of(query), table, result)
             checkpoints.record_shape(pipeline, table)
             checkpoints.record_input(pipeline, table, fingerprint, result.state_rows)
-    except CapturedException as exc:
+    except (CapturedException, SparkConnectGrpcException) as exc:
         error = result.error or _first_line(exc)  # a message the batch writer left (schema drift) beats Spark's
         hint = storage_error_fix(str(exc)) or checkpoints.spark_error_fix(pipeline, table, str(exc))
         error = f"{error} -- {hint}" if hint else error

@@ -13,7 +13,7 @@ from tests.support import REPO
 pytestmark = pytest.mark.unit
 
 AIRFLOW = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
-SPARK = ("spark-master", "spark-worker-1", "spark-worker-2")
+SPARK = ("spark-master", "spark-worker-1", "spark-worker-2", "spark-connect")
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +99,20 @@ def test_the_image_installs_the_package_so_airflow_finds_the_report_plugin():
     dockerfile = (REPO / "docker" / "Dockerfile").read_text()
     assert "pip install --no-cache-dir --no-deps -e /opt/millpond" in dockerfile
     assert 'millpond = "millpond.airflow.plugin:MillpondPlugin"' in (REPO / "pyproject.toml").read_text()
+
+
+def test_the_engine_is_a_connect_server_on_the_cluster_that_the_tasks_use(compose):
+    """docs/engine.md: the tasks' SPARK_REMOTE names the spark-connect service, which `millpond engine start`
+    runs in the foreground against the cluster's master, reachable on the compose network only."""
+    services = compose["services"]
+    engine = services["spark-connect"]
+    command = engine["command"]
+    assert command[:5] == ["millpond", "engine", "start", "--foreground", "--no-token"]
+    assert command[command.index("--master") + 1] == "spark://spark-master:7077"
+    port = command[command.index("--port") + 1]
+    assert "ports" not in engine, "the engine has no token: it must not be published outside the compose network"
+    assert services["airflow-scheduler"]["environment"]["SPARK_REMOTE"] == f"sc://spark-connect:{port}"
+    assert services["airflow-scheduler"]["depends_on"]["spark-connect"]["condition"] == "service_healthy"
+    assert engine["healthcheck"]["test"] == ["CMD", "millpond", "engine", "status"]
+    lake = [v for v in engine["volumes"] if v.startswith("lake:")]
+    assert lake == [f"lake:{engine['environment']['MILLPOND_LAKE']}"]  # the same lake (and locks) as the tasks

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from millpond.engine.connect_batch import check_writer
 from millpond.engine.sinks.base import BatchSink
 from millpond.engine.speedups import DELTA_RS_COMMITS
 from millpond.lake import paths, small_overwrite
@@ -71,7 +72,9 @@ class DeltaSink(BatchSink):
         try:
             if df.count() > small_overwrite.SMALL_ROWS:
                 return self.spark_write(df, path, "overwrite", batch_id)
-            small_overwrite.overwrite(table, df.toArrow(), self.app_id, batch_id)
+            data = df.toArrow()
+            check_writer()
+            small_overwrite.overwrite(table, data, self.app_id, batch_id)
             return True
         finally:
             df.unpersist()
@@ -80,6 +83,7 @@ class DeltaSink(BatchSink):
         """delta-spark's write with `txnAppId`/`txnVersion`; whether it committed is read from the commits it may
         have made: one carrying this app's batch (another writer's commit, an OPTIMIZE say, can land meanwhile)."""
         before = delta_version(Path(path))
+        check_writer()
         (
             df.write.format("delta")
             .mode(mode)

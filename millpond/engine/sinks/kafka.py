@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
+from millpond.engine.connect_batch import check_writer
 from millpond.engine.sinks.base import BatchSink
 from millpond.spec import resolve_setting
 
@@ -32,6 +33,7 @@ class KafkaSink(BatchSink):
                 F.col(f.name) if isinstance(f.dataType, BinaryType) else F.col(f.name).cast("string")
                 for f in batch.schema.fields
             ]
+            check_writer()
             (
                 batch.select(*as_bytes)
                 .write.format("kafka")

@@ -11,6 +11,7 @@ from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
 from millpond.engine import sources
+from millpond.engine.connect_batch import check_writer
 from millpond.engine.faults import inject_fault
 from millpond.engine.progress import ProgressListener
 from millpond.engine.sinks.delta import DeltaSink
@@ -164,6 +165,7 @@ class LandingSink(DeltaSink):
             for line in lines
         ]
         inject_fault(self.table.id, "between_writes", batch_id)
+        check_writer()
         system_tables.append(path, LANDING_QUARANTINE_COLUMNS, rows, self.app_id, batch_id, table)
         return True
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from pyspark.sql import DataFrame
 
+from millpond.engine.connect_batch import check_writer
 from millpond.engine.sinks.delta import DeltaSink
 from millpond.lake.delta_log import latest_version as delta_version
 
@@ -34,22 +36,24 @@ class MergeSink(DeltaSink):
             self.merge(batch, batch_id)
 
     def merge(self, batch: DataFrame, batch_id: int) -> None:
-        """Upsert on the keys (null-safe: a null group is a group); Delta skips a batch id it already committed."""
-        from delta.tables import DeltaTable
+        """Upsert on the keys (null-safe: a null group is a group); Delta skips a batch id it already committed.
 
+        SQL `MERGE INTO`, not `DeltaTable.merge`: the same statement runs on Spark Connect (the engine), where the
+        DeltaTable API needs Delta's Connect plugin."""
         session = batch.sparkSession  # the query's own session: the confs cannot leak into another table's writes
         condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in self.table.keys)
+        view = f"millpond_merge_{uuid.uuid4().hex}"
+        target = "delta.`" + self.path.replace("`", "``") + "`"
+        batch.createOrReplaceTempView(view)
         session.conf.set(TXN_APP_ID, self.app_id)
         session.conf.set(TXN_VERSION, str(batch_id))
         try:
-            (
-                DeltaTable.forPath(session, self.path)
-                .alias("t")
-                .merge(batch.alias("s"), condition)
-                .whenMatchedUpdateAll()
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            check_writer()
+            session.sql(
+                f"MERGE INTO {target} t USING {view} s ON {condition} "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            ).collect()
         finally:
             session.conf.unset(TXN_APP_ID)
             session.conf.unset(TXN_VERSION)
+            session.catalog.dropTempView(view)

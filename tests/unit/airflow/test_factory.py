@@ -244,6 +244,19 @@ def test_a_task_with_its_own_spark_conf_is_submitted_not_handed_to_the_warm_driv
     assert warm_driver.status(lake) is None and not warm_driver.log_path(lake).exists()  # no driver was started
 
 
+def test_a_task_with_its_own_spark_conf_is_submitted_not_run_on_the_engine(dagbag, monkeypatch, tmp_path):
+    """Only a new JVM applies a task's own Spark conf: with SPARK_REMOTE set, such a task still uses spark-submit,
+    which must then not see SPARK_REMOTE (spark-submit would read it as its --remote)."""
+    import os
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://localhost:1/;token=t")
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    task = dagbag.dags["activity"].get_task("ingest")
+    monkeypatch.setattr(task, "conf", {"spark.driver.memory": "3g"})
+    assert task.run_on_engine() is False
+    assert "SPARK_REMOTE" not in os.environ
+
+
 def test_a_kafka_pipeline_without_its_broker_address_is_created_paused_and_says_why(pipelines, monkeypatch):
     """`make up` unpauses DAGs at creation; one that cannot succeed without its broker stays paused, with the reason."""
     from millpond.airflow.factory import build_dag

@@ -1,0 +1,179 @@
+"""What a run on the engine (Spark Connect, millpond.engine.connect_server) does differently from a run in a JVM of
+its own: its `foreachBatch` sinks run in a Python worker of the server, not in the run's process.
+
+- **Settings.** The worker has the server's environment: the run's `MILLPOND_*` settings (lake, project, speed-ups,
+  fault points) travel with the batch function and are set in the worker (one worker per query, so no other run
+  sees them).
+- **What the batch reports.** A sink's counters, errors and gate results are Python state the worker mutates and
+  the run never sees; after every batch the worker writes them to `_system/engine_runs/<run id>/<table>.json`,
+  and the run folds that file into the table's result once the query ends.
+- **Who writes.** The run holds the pipeline lock (millpond.lake.lock), but the batches commit on the server. A
+  run killed mid-batch (SIGKILL included: the kernel frees its lock) must not leave its query committing: before
+  every commit the worker checks that the lock is still held by its run (`check_writer`), and a batch whose run
+  is gone fails before writing. Spark then stops the query; the next run replays the batch from the checkpoint.
+- **Faults.** A fault point (millpond.engine.faults) reached in the worker kills the run's process, the one
+  holding the lock, as a crash of the run would; the batch then goes on and must stop at its next commit.
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from millpond import settings
+from millpond.lake import paths
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from millpond.engine.progress import ProgressListener
+    from millpond.engine.sinks.base import BatchSink
+    from millpond.runs.run_record import TableResult
+
+GONE_WAIT_SECONDS = 30.0
+
+
+class WriterGone(RuntimeError):
+    """The run this batch belongs to no longer holds its pipeline's lock: the batch must not commit."""
+
+
+@dataclass(frozen=True)
+class RunGuard:
+    """The run a server-side batch belongs to: its pipeline lock, run id and process."""
+
+    lock_path: str
+    run_id: str
+    client_pid: int
+
+    def check(self) -> None:
+        """Return if the run still holds the lock, else raise WriterGone.
+
+        The lock is a `flock` the run's process holds: if it can be taken here, nobody holds it (the run died); if
+        it is held, its file names the holder's run id.
+        """
+        with open(self.lock_path, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    holder = json.loads(Path(self.lock_path).read_text() or "{}").get("run_id")
+                except (OSError, ValueError):
+                    holder = None
+                if holder == self.run_id:
+                    return
+                raise WriterGone(
+                    f"run {self.run_id} no longer holds the pipeline lock {self.lock_path} (run {holder} does): "
+                    "its batch is not committed"
+                ) from None
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        raise WriterGone(
+            f"run {self.run_id} is gone (its pipeline lock {self.lock_path} is free): its batch is not committed; "
+            "the next run replays it"
+        )
+
+    def wait_gone(self) -> None:
+        """After killing the run's process: wait until the kernel has freed its lock."""
+        deadline = time.monotonic() + GONE_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                self.check()
+            except WriterGone:
+                return
+            time.sleep(0.05)
+
+
+_guard: RunGuard | None = None  # set in a server-side worker only
+
+
+def check_writer() -> None:
+    """Called before every commit a sink makes: a no-op in the run's own process, the lock check on the engine."""
+    if _guard is not None:
+        _guard.check()
+
+
+def server_guard() -> RunGuard | None:
+    """The run guard when this process is an engine's batch worker (faults then kill the run, not the worker)."""
+    return _guard
+
+
+def is_remote(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def report_path(run_id: str, table_id: str) -> Path:
+    return paths.system_path("engine_runs") / run_id / f"{table_id}.json"
+
+
+class RowsRead:
+    """What a landing sink tells the run's ProgressListener (its batches' true row counts), carried in the report."""
+
+    def __init__(self) -> None:
+        self.rows_read: dict[tuple[str, int], int] = {}
+
+
+class ServerSideBatch:
+    """The foreachBatch function of a run on the engine: the table's sink, with the run's settings, its guard, and
+    a report of what the sink counted written after every batch (the run reads it: fold_report)."""
+
+    def __init__(self, sink: BatchSink, guard: RunGuard, report: Path):
+        if hasattr(sink, "listener"):  # the run's listener stays in the run (locks, events); the count comes back
+            sink = copy.copy(sink)
+            sink.listener = RowsRead()
+        self.sink, self.guard, self.report = sink, guard, str(report)
+        self.env = {
+            **settings.in_environment(),
+            settings.LAKE.name: str(settings.lake_root()),
+            settings.PROJECT.name: str(settings.project_root()),
+        }
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        global _guard
+        os.environ.update(self.env)
+        _guard = self.guard
+        self.guard.check()
+        try:
+            self.sink(batch, batch_id)
+        finally:
+            self.write_report()
+
+    def write_report(self) -> None:
+        result = self.sink.result
+        listener = getattr(self.sink, "listener", None)
+        report = {
+            "micro_batches": result.micro_batches,
+            "rows_in": result.rows_in,
+            "rows_written": result.rows_written,
+            "error": result.error,
+            "gate": result.gate,
+            "rows_read": [[t, b, n] for (t, b), n in (listener.rows_read.items() if listener else [])],
+        }
+        path = Path(self.report)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(report, default=str))
+        tmp.replace(path)
+
+
+def fold_report(result: TableResult, listener: ProgressListener, report: Path) -> None:
+    """Fold what the server-side sink counted into the table's result (nothing if no batch ran)."""
+    try:
+        data: dict[str, Any] = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return
+    result.micro_batches = data["micro_batches"]
+    result.rows_in = data["rows_in"]
+    result.rows_written = data["rows_written"]
+    result.error = data["error"] or result.error
+    result.gate = data["gate"] or result.gate
+    for table_id, batch_id, rows in data["rows_read"]:
+        listener.rows_read[(table_id, batch_id)] = rows
+
+
+def guard_for(pipeline: str, run_id: str) -> RunGuard:
+    return RunGuard(str(paths.lock_path(pipeline)), run_id, os.getpid())
