@@ -180,40 +180,6 @@ def send_device_events(pipeline: Pipeline, hours: int, rows: int, malformed: flo
     return 0
 
 
-def cmd_driver(args: argparse.Namespace) -> int:
-    """`millpond driver start|stop|status`: the lake's warm driver (millpond.engine.warm_driver)."""
-    from millpond.engine import warm_driver
-
-    lake = settings.lake_root()
-    info: dict | None
-    try:
-        if args.action == "start":
-            info = warm_driver.start(lake)
-            print(
-                f"warm driver pid {info['pid']} serving {lake} (JIT {info['jit']}, {info['runs']} run(s) served); "
-                f"runs use it with {warm_driver.ENV}=on; log {warm_driver.log_path(lake)}"
-            )
-            return 0
-        if args.action == "stop":
-            stopped = warm_driver.stop(lake)
-            print(f"warm driver of {lake}: " + ("stopping after its current run" if stopped else "none running"))
-            return 0
-        info = warm_driver.status(lake)
-    except warm_driver.WarmDriverError as exc:  # none could be started, or one is there and does not answer
-        print(f"millpond: {exc}", file=sys.stderr)
-        return 1
-    if info is None:
-        print(f"no warm driver for {lake}")
-        return 1
-    print(
-        json.dumps(info, indent=2)
-        if args.json
-        else f"warm driver pid {info['pid']} serving {lake}: {info['runs']} run(s) served, up {info['up_seconds']:.0f} s, "
-        f"JIT {info['jit']}{', running a run' if info['busy'] else ''}; log {warm_driver.log_path(lake)}"
-    )
-    return 0
-
-
 def cmd_engine(args: argparse.Namespace) -> int:
     """`millpond engine start|status|stop`: the lake's Spark Connect server (millpond.engine.connect_server)."""
     from millpond.engine import connect_server as engine
@@ -330,14 +296,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     jars.add_argument("--no-report-assets", action="store_true", help="only the jars (reports then use CDNs)")
     jars.set_defaults(func=cmd_jars)
-    driver = sub.add_parser(
-        "driver",
-        help="start, stop or show the lake's warm driver (a Spark driver that stays up "
-        "between runs; runs use it with MILLPOND_WARM_DRIVER=on)",
-    )
-    driver.add_argument("action", choices=("start", "stop", "status"))
-    driver.add_argument("--json", action="store_true")
-    driver.set_defaults(func=cmd_driver)
     engine = sub.add_parser(
         "engine",
         help="start, stop or show the lake's engine: a Spark Connect server runs use through SPARK_REMOTE",

@@ -63,11 +63,10 @@ class SettingError(ValueError):
     """A setting holds a value millpond cannot use; the message names the variable and the fix."""
 
 
-PLACES, SPARK, SPEEDUPS, WARM, AIRFLOW, TESTING = (
+PLACES, SPARK, SPEEDUPS, AIRFLOW, TESTING = (
     "Where things are",
     "Spark",
     "Speed-ups (each can be switched off)",
-    "Warm driver",
     "Airflow tasks",
     "Testing",
 )
@@ -157,27 +156,6 @@ JSON_FUNCTIONS = Setting(
 DELTA_RS_COMMITS = Setting(
     "MILLPOND_DELTA_RS_COMMITS", "on", "`off` makes every data commit through Spark, none through delta-rs.", SPEEDUPS
 )
-WARM_DRIVER = Setting(
-    "MILLPOND_WARM_DRIVER",
-    "off",
-    "`on` hands each run that needs Spark to the lake's warm driver instead of starting a JVM.",
-    WARM,
-)
-WARM_DRIVER_IDLE_SECONDS = Setting(
-    "MILLPOND_WARM_DRIVER_IDLE_SECONDS", "3600", "A warm driver with no run for this long exits.", WARM
-)
-WARM_DRIVER_MAX_RUNS = Setting(
-    "MILLPOND_WARM_DRIVER_MAX_RUNS",
-    "200",
-    "A warm driver exits after this many runs (the next run starts a fresh one).",
-    WARM,
-)
-WARM_DRIVER_SERVING = Setting(
-    "MILLPOND_WARM_DRIVER_SERVING",
-    "",
-    "Set by millpond inside a warm driver, so its runs never hand over again. Not for users.",
-    WARM,
-)
 LOCK_WAIT_SECONDS = Setting(
     "MILLPOND_LOCK_WAIT_SECONDS",
     "600",
@@ -208,6 +186,13 @@ FAULT = Setting(
     "fault-injection tests' hook. Never set it in production.",
     TESTING,
 )
+TEST_ENGINE = Setting(
+    "MILLPOND_TEST_ENGINE",
+    "off",
+    "`on` (`make test-engine`): the test suite starts one engine per test worker and sends every run it starts there "
+    "through SPARK_REMOTE.",
+    TESTING,
+)
 
 ALL = (
     PROJECT,
@@ -225,15 +210,12 @@ ALL = (
     DRIVER_JIT,
     JSON_FUNCTIONS,
     DELTA_RS_COMMITS,
-    WARM_DRIVER,
-    WARM_DRIVER_IDLE_SECONDS,
-    WARM_DRIVER_MAX_RUNS,
-    WARM_DRIVER_SERVING,
     LOCK_WAIT_SECONDS,
     RETRY_DELAY_SECONDS,
     SPARK_TASK_TIMEOUT_SECONDS,
     KAFKA_BOOTSTRAP,
     FAULT,
+    TEST_ENGINE,
 )
 
 

@@ -74,11 +74,42 @@ def pytest_make_collect_report(
     return report
 
 
+@pytest.fixture(scope="session", autouse=True)
+def test_engine(tmp_path_factory) -> Generator[str | None, None, None]:
+    """MILLPOND_TEST_ENGINE=on (`make test-engine`): one engine (`millpond engine start`) per test worker, named
+    by SPARK_REMOTE, so every run a test starts, as a process or in-process, goes to it. docs/engine.md says which
+    suites pass this way. Off (`make test`): nothing."""
+    from millpond import settings
+
+    if settings.TEST_ENGINE.value() != "on":
+        yield None
+        return
+    import subprocess
+
+    from tests.support.stress import MILLPOND
+
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "MILLPOND_FAULT")}
+    env["MILLPOND_LAKE"] = str(tmp_path_factory.mktemp("test-engine"))
+    started = subprocess.run([MILLPOND, "engine", "start"], env=env, capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-3000:]
+    os.environ["SPARK_REMOTE"] = started.stdout.strip().splitlines()[-1]
+    yield os.environ["SPARK_REMOTE"]
+    os.environ.pop("SPARK_REMOTE", None)
+    subprocess.run([MILLPOND, "engine", "stop"], env=env, capture_output=True, text=True, timeout=120)
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(test_engine) -> Generator:
+    """The tests' own local session (reading tables back): always a JVM of this process, also when the runs under
+    test go to the engine."""
     from millpond.engine.session import build_spark_session
 
-    session = build_spark_session("millpond-tests", shuffle_partitions=2)
+    remote = os.environ.pop("SPARK_REMOTE", None)
+    try:
+        session = build_spark_session("millpond-tests", shuffle_partitions=2)
+    finally:
+        if remote is not None:
+            os.environ["SPARK_REMOTE"] = remote
     yield session
     session.stop()
 

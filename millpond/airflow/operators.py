@@ -60,8 +60,8 @@ RUN_ARGS = [
 class MillpondSparkSubmitOperator(BaseOperator):
     """Runs `millpond/engine/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped.
 
-    Three ways to run, cheapest first: without a JVM when no table has anything new, in the lake's warm driver when
-    it is wanted, else spark-submit through MillpondSparkSubmitHook. Client mode only: a retry starts a fresh
+    Three ways to run, cheapest first: without a JVM when no table has anything new, on the engine when SPARK_REMOTE
+    names one (millpond.engine.connect_server), else spark-submit through MillpondSparkSubmitHook. Client mode only: a retry starts a fresh
     application, never a "reattach".
     """
 
@@ -110,8 +110,6 @@ class MillpondSparkSubmitOperator(BaseOperator):
             return
         master = spark_master(self._conn_id)
         self.log.info("Spark master %s (connection %r)", master, self._conn_id)
-        if self.run_in_warm_driver(master):
-            return
         self.jars = ",".join(jars.spark_jars())
         self.py_files = str(build_py_files(self.pipeline))
         self.conf = {**spark_conf(), **self.conf}
@@ -170,47 +168,6 @@ class MillpondSparkSubmitOperator(BaseOperator):
             detail = "\n".join(lines)
             raise AirflowException(
                 f"millpond runner exited {code} on the engine: {EXIT_CODES.get(code, 'see the log above')}.\n{detail}"
-            )
-        return True
-
-    def run_in_warm_driver(self, master: str) -> bool:
-        """MILLPOND_WARM_DRIVER=on and a local master: the lake's warm driver runs this task's run, no spark-submit.
-
-        Its output streams into this task's log. If the task is killed its connection closes and the driver exits
-        mid-run, as spark-submit's process tree would; the retry replays from the checkpoint in a new driver.
-        """
-        from millpond.engine import warm_driver
-
-        if not warm_driver.wanted():
-            return False
-        if not master.startswith("local"):
-            self.log.info(
-                "%s=on, but the master %s is not local: submitting with spark-submit", warm_driver.ENV, master
-            )
-            return False
-        if self.conf:  # a running JVM's session cannot take them all (spark.driver.*, spark.jars, ...)
-            self.log.info(
-                "%s=on, but this task sets its own Spark conf (%s), which only a new JVM applies: submitting "
-                "with spark-submit",
-                warm_driver.ENV,
-                ", ".join(sorted(self.conf)),
-            )
-            return False
-        env = {**warm_driver.run_env(), **job_env(), **self.env_vars}
-        errors: list[str] = []
-
-        def log_lines(text: str, kept: list[str] | None = None) -> None:
-            for line in text.rstrip("\n").splitlines():
-                self.log.info("%s", line)
-                if kept is not None:
-                    kept.append(line)
-
-        code = warm_driver.run(list(self.application_args), env, out=log_lines, err=lambda t: log_lines(t, errors))
-        if code != 0:
-            detail = "\n".join(errors[-20:])
-            raise AirflowException(
-                f"millpond runner exited {code} in the warm driver: "
-                f"{EXIT_CODES.get(code, 'see the log above')}.\n{detail}"
             )
         return True
 

@@ -12,7 +12,6 @@ progress.py     every micro-batch's progress, printed and recorded
 preview.py      `millpond preview`: a table's micro-batches on the terminal, nothing written
 faults.py       the fault points the kill tests stop a run at
 driver_jit.py, speedups.py   the speed-ups and the settings that switch them off
-warm_driver.py, warm_driver_server.py   the opt-in driver that stays up between runs
 connect_server.py   `millpond engine`: a Spark Connect server runs use through SPARK_REMOTE (code fingerprinted)
 connect_batch.py    what a run on the engine does in the server's batch worker (settings, reports, writer check)
 """

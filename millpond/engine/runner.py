@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from millpond.engine import driver_jit, speedups, warm_driver
+from millpond.engine import driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, paths, pending_reprocess
 from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.runs import event_log
@@ -125,10 +125,7 @@ NEEDS_SPARK = 10  # main(..., spark_allowed=False): some table has something new
 
 
 def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
-    """The run; with spark_allowed=False only a run that needs no JVM happens (else it returns NEEDS_SPARK).
-
-    With MILLPOND_WARM_DRIVER=on a run that needs Spark is handed to the lake's warm driver (millpond.engine.warm_driver).
-    """
+    """The run; with spark_allowed=False only a run that needs no JVM happens (else it returns NEEDS_SPARK)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     try:
@@ -140,22 +137,19 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
         plan = reprocess_plan(pipeline, tables, args)
         driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
         speedups.check_settings()
-        hand_over = spark_allowed and warm_driver.wanted()
     except SpecError as exc:
         print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
         return 2
     run_id = args.run_id or cli_run_id()
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
-            code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed and not hand_over, plan)
+            code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed, plan)
     except PipelineBusy as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 3
     except LakeNotWritable as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 1
-    if hand_over and code == NEEDS_SPARK:  # the lock and the nothing-new check were here; the run is the driver's
-        return warm_driver.run(argv)
     return code
 
 
@@ -241,7 +235,6 @@ def _run_locked(
             "(with rule name and run id) instead of stopping at the gate"
         )
     # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
-    # (Per process, not per thread as getActiveSession is: the warm driver runs each run in a thread of its own.)
     launching = SparkContext._active_spark_context is None and engine_remote() is None
     phases = {"launch": seconds_since_launch()} if launching else {}
     jit = driver_jit.choose(pipeline, tables, bool(refresh))

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sqlite3
 import subprocess
 import sys
 
-import psutil
 import pytest
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import warm_driver
 from millpond.lake import paths
 from millpond.lake.delta_log import table_state
 from millpond.lake.lock import PipelineBusy, pipeline_lock
@@ -37,7 +34,6 @@ from tests.support.reference import activity_reference
 pytestmark = pytest.mark.integration
 
 TABLES = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
-HANDED = re.compile(r"millpond: run handed to the warm driver \(pid (\d+), (\d+) run\(s\) served before\)")
 
 
 @pytest.fixture(scope="module")
@@ -184,28 +180,3 @@ def test_a_killed_task_leaves_no_jvm_and_no_lock(site, how):
     finally:
         stop_group(proc)
     assert spark_processes(lake) == []
-
-
-def test_with_the_warm_driver_on_every_task_hands_its_run_to_one_driver(site, spark):
-    """MILLPOND_WARM_DRIVER=on: no spark-submit; the ingest and gold tasks of two DAG runs share one driver JVM."""
-    root, lake, env = site
-    warm = {**env, warm_driver.ENV: "on"}
-    try:
-        land(lake, 1, seed=40)  # after the killed tasks above: this run also replays their unfinished batches
-        rc, first = dags_test(warm, "2026-11-02T08:00:00+00:00", root / "warm1.log")
-        assert rc == 0, first[-3000:]
-        land(lake, 1, seed=41)
-        rc, second = dags_test(warm, "2026-11-02T09:00:00+00:00", root / "warm2.log")
-        assert rc == 0, second[-3000:]
-        handed = HANDED.findall(first + second)
-        assert len(handed) == 4 and len({pid for pid, _ in handed}) == 1, handed  # ingest and gold, twice
-        assert [int(served) for _, served in handed] == [0, 1, 2, 3]
-        assert "Spark-Submit cmd" not in first + second
-        assert run_summary.load("activity", run_id_of(second))["tables"][0]["rows_in"] == 300
-        assert_matches_reference(spark, activity_reference(lake / "landing" / "activity"))
-    finally:
-        info = warm_driver.status(lake)
-        if info is not None:
-            warm_driver.stop(lake)
-            assert wait_for(lambda: not psutil.pid_exists(info["pid"]), timeout=60), "the warm driver did not stop"
-    assert wait_for(lambda: spark_processes(lake) == [], timeout=30), "the warm driver's JVM outlived it"

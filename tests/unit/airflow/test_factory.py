@@ -231,19 +231,6 @@ def test_a_kafka_dag_without_its_broker_address_fails_its_run_naming_the_variabl
     assert not (tmp_path / "lake" / "_system").exists()
 
 
-def test_a_task_with_its_own_spark_conf_is_submitted_not_handed_to_the_warm_driver(dagbag, monkeypatch, tmp_path):
-    """Only a new JVM applies a task's own Spark conf (spark.driver.memory, ...): such a task skips the warm driver."""
-    from millpond.engine import warm_driver
-
-    lake = tmp_path / "lake"
-    monkeypatch.setenv(warm_driver.ENV, "on")
-    monkeypatch.setenv("MILLPOND_LAKE", str(lake))
-    task = dagbag.dags["activity"].get_task("ingest")
-    monkeypatch.setattr(task, "conf", {"spark.driver.memory": "3g"})
-    assert task.run_in_warm_driver("local[2]") is False
-    assert warm_driver.status(lake) is None and not warm_driver.log_path(lake).exists()  # no driver was started
-
-
 def test_a_task_with_its_own_spark_conf_is_submitted_not_run_on_the_engine(dagbag, monkeypatch, tmp_path):
     """Only a new JVM applies a task's own Spark conf: with SPARK_REMOTE set, such a task still uses spark-submit,
     which must then not see SPARK_REMOTE (spark-submit would read it as its --remote)."""
