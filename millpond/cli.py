@@ -185,6 +185,13 @@ def cmd_engine(args: argparse.Namespace) -> int:
     from millpond.engine import connect_server as engine
 
     lake = settings.lake_root()
+    if args.action == "start" and args.no_token and not args.foreground:
+        print(
+            "millpond: --no-token lets anyone who reaches the port run code as you; it is for a container's "
+            "server on a private network. Fix: drop --no-token, or use it with --foreground in that container",
+            file=sys.stderr,
+        )
+        return 2
     try:
         if args.action == "start":
             state, started = engine.start(args.host, args.port, args.master, args.foreground, not args.no_token)

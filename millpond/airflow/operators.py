@@ -98,6 +98,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
         self.conf, self.env_vars = conf or {}, env_vars or {}
         self.jars = self.py_files = ""
         self._hook: MillpondSparkSubmitHook | None = None
+        self._hidden_remote: str | None = None
 
     def execute(self, context: Any) -> None:
         interval = reprocess_interval(context)
@@ -117,7 +118,11 @@ class MillpondSparkSubmitOperator(BaseOperator):
         # The driver imports millpond from the zip too, where the repo-relative defaults do not exist.
         self.env_vars = {**job_env(), **self.env_vars}
         self._hook = self.build_hook()
-        self._hook.submit(self.application)
+        try:
+            self._hook.submit(self.application)
+        finally:  # hidden from spark-submit only (run_on_engine): later tasks of this process still see it
+            if self._hidden_remote is not None:
+                os.environ["SPARK_REMOTE"] = self._hidden_remote
 
     def run_without_spark(self) -> bool:
         """A run in which no table has anything new needs no JVM: the runner records it here, in ~1 s."""
@@ -151,12 +156,13 @@ class MillpondSparkSubmitOperator(BaseOperator):
                 "submitting with spark-submit",
                 ", ".join(sorted(self.conf)),
             )
-            os.environ.pop(connect_server.REMOTE_ENV)  # spark-submit would read it as its --remote
+            self._hidden_remote = os.environ.pop(connect_server.REMOTE_ENV)  # spark-submit would read it as --remote
             return False
         env = {**os.environ, **job_env(), **self.env_vars}
         command = [sys.executable, "-m", "millpond.engine.runner", *self.application_args]
+        # In the task's process group: a kill of the task's group reaches the run too.
         self._engine_run = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         lines: list[str] = []
         assert self._engine_run.stdout is not None
@@ -201,8 +207,8 @@ class MillpondSparkSubmitOperator(BaseOperator):
         run = getattr(self, "_engine_run", None)
         if run is not None and run.poll() is None:  # TERM: the runner releases its session; KILL if it hangs
             run.terminate()
-            try:
-                run.wait(timeout=60)
+            try:  # within Airflow's 5 s between its own SIGTERM of the task and its SIGKILL
+                run.wait(timeout=4)
             except subprocess.TimeoutExpired:
                 run.kill()
 

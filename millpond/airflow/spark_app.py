@@ -17,7 +17,13 @@ from millpond import settings
 from millpond.engine import speedups
 
 SPARK_CONN_ID = "spark_millpond"
-EXIT_CODES = {1: "a table failed", 2: "invalid spec or arguments", 3: "pipeline busy (another writer holds the lock)"}
+EXIT_CODES = {
+    1: "a table failed",
+    2: "invalid spec or arguments",
+    3: "pipeline busy (another writer holds the lock)",
+    4: "a quality gate failed",
+    5: "the engine (SPARK_REMOTE) runs other code than this run, or does not answer",
+}
 STOPPED = "the Spark application was stopped (task killed, timed out or marked failed)"
 
 

@@ -5,29 +5,35 @@ its own: its `foreachBatch` sinks run in a Python worker of the server, not in t
   fault points) travel with the batch function and are set in the worker (one worker per query, so no other run
   sees them).
 - **What the batch reports.** A sink's counters, errors and gate results are Python state the worker mutates and
-  the run never sees; after every batch the worker writes them to `_system/engine_runs/<run id>/<table>.json`,
+  the run never sees; after every batch the worker writes them to `_system/engine_runs/<token>/<table>.json`,
   and the run folds that file into the table's result once the query ends.
 - **Who writes.** The run holds the pipeline lock (millpond.lake.lock), but the batches commit on the server. A
   run killed mid-batch (SIGKILL included: the kernel frees its lock) must not leave its query committing: before
-  every commit the worker checks that the lock is still held by its run (`check_writer`), and a batch whose run
-  is gone fails before writing. Spark then stops the query; the next run replays the batch from the checkpoint.
+  every commit the worker checks that the lock is still held by its run's holding (`check_writer`: the token the
+  lock file carries, new with each taking, so an Airflow retry with the same run id is another holder), and a
+  batch whose run is gone fails before writing. Spark then stops the query; the next run replays the batch from
+  the checkpoint. The batch holds the commit lock from its first check to its end, and a new holder of the
+  pipeline lock waits for it, so a commit that passed its check never lands beside the next run's.
 - **Faults.** A fault point (millpond.engine.faults) reached in the worker kills the run's process, the one
   holding the lock, as a crash of the run would; the batch then goes on and must stop at its next commit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
+import io
 import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from millpond import settings
 from millpond.lake import paths
+from millpond.lake.lock import holder_token
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,39 +49,75 @@ class WriterGone(RuntimeError):
     """The run this batch belongs to no longer holds its pipeline's lock: the batch must not commit."""
 
 
+COMMIT_LOCK_WAIT_SECONDS = 60.0
+
+
 @dataclass(frozen=True)
 class RunGuard:
-    """The run a server-side batch belongs to: its pipeline lock, run id and process."""
+    """The run a server-side batch belongs to: its pipeline lock and the token of the run's holding of it (new with
+    each taking, so a retry of the same run id is another holder), its run id and process."""
 
     lock_path: str
+    commit_lock_path: str
+    token: str
     run_id: str
     client_pid: int
 
     def check(self) -> None:
-        """Return if the run still holds the lock, else raise WriterGone.
+        """Return if the run still holds the lock, else raise WriterGone. From the first check of a batch to its
+        end the batch holds the pipeline's commit lock (`release` ends it), so a run taking the pipeline lock after
+        this run's death waits for the batch (millpond.lake.lock) instead of writing beside it.
 
-        The lock is a `flock` the run's process holds: if it can be taken here, nobody holds it (the run died); if
-        it is held, its file names the holder's run id.
-        """
+        The lock is a `flock` the run's process holds: its file names the holding's token; if the lock can be taken
+        here, nobody holds it (the run died)."""
+        self._hold_commit_lock()
+        try:
+            info = json.loads(Path(self.lock_path).read_text() or "{}")
+        except (OSError, ValueError):
+            info = {}
+        if info.get("token") != self.token:
+            raise WriterGone(
+                f"run {self.run_id} no longer holds the pipeline lock {self.lock_path} (run {info.get('run_id')} "
+                "does): its batch is not committed"
+            )
         with open(self.lock_path, "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                try:
-                    holder = json.loads(Path(self.lock_path).read_text() or "{}").get("run_id")
-                except (OSError, ValueError):
-                    holder = None
-                if holder == self.run_id:
-                    return
-                raise WriterGone(
-                    f"run {self.run_id} no longer holds the pipeline lock {self.lock_path} (run {holder} does): "
-                    "its batch is not committed"
-                ) from None
+                return  # held, and by this run's holding
             fcntl.flock(handle, fcntl.LOCK_UN)
         raise WriterGone(
             f"run {self.run_id} is gone (its pipeline lock {self.lock_path} is free): its batch is not committed; "
             "the next run replays it"
         )
+
+    def _hold_commit_lock(self) -> None:
+        global _commit_lock
+        if _commit_lock is not None:
+            return
+        handle = open(self.commit_lock_path, "a+")  # noqa: SIM115 - held until release()
+        deadline = time.monotonic() + COMMIT_LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _commit_lock = handle
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.close()
+                    raise WriterGone(
+                        f"run {self.run_id}: the commit lock {self.commit_lock_path} stayed taken for "
+                        f"{COMMIT_LOCK_WAIT_SECONDS:.0f} s: its batch is not committed"
+                    ) from None
+                time.sleep(0.05)
+
+    @staticmethod
+    def release() -> None:
+        """End of the batch: free the commit lock its checks took."""
+        global _commit_lock
+        if _commit_lock is not None:
+            _commit_lock.close()
+            _commit_lock = None
 
     def wait_gone(self) -> None:
         """After killing the run's process: wait until the kernel has freed its lock."""
@@ -89,6 +131,7 @@ class RunGuard:
 
 
 _guard: RunGuard | None = None  # set in a server-side worker only
+_commit_lock: TextIO | None = None  # the commit lock a server-side batch holds, from its first check to its end
 
 
 def check_writer() -> None:
@@ -106,8 +149,14 @@ def is_remote(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def report_path(run_id: str, table_id: str) -> Path:
-    return paths.system_path("engine_runs") / run_id / f"{table_id}.json"
+def reports_folder(token: str) -> Path:
+    """Where one holding of the pipeline lock's batches report: a retry of the same run id has a folder of its own,
+    so it never reads what a killed try's batches wrote."""
+    return paths.system_path("engine_runs") / token
+
+
+def report_path(guard: RunGuard, table_id: str) -> Path:
+    return reports_folder(guard.token) / f"{table_id}.json"
 
 
 class RowsRead:
@@ -126,6 +175,7 @@ class ServerSideBatch:
             sink = copy.copy(sink)
             sink.listener = RowsRead()
         self.sink, self.guard, self.report = sink, guard, str(report)
+        self.output: list[str] = []
         self.env = {
             **settings.in_environment(),
             settings.LAKE.name: str(settings.lake_root()),
@@ -134,13 +184,21 @@ class ServerSideBatch:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         global _guard
+        for name in [n for n in os.environ if n.startswith("MILLPOND_") and n not in self.env]:
+            del os.environ[name]  # the engine's own settings (a fault point, a speed-up) are not the run's
         os.environ.update(self.env)
         _guard = self.guard
-        self.guard.check()
+        output = (
+            io.StringIO()
+        )  # what the sink prints (the gate's summary) belongs in the run's output, not the engine's log
         try:
-            self.sink(batch, batch_id)
+            with contextlib.redirect_stdout(output):
+                self.guard.check()
+                self.sink(batch, batch_id)
         finally:
+            self.output.extend(output.getvalue().splitlines())
             self.write_report()
+            self.guard.release()
 
     def write_report(self) -> None:
         result = self.sink.result
@@ -152,6 +210,7 @@ class ServerSideBatch:
             "error": result.error,
             "gate": result.gate,
             "rows_read": [[t, b, n] for (t, b), n in (listener.rows_read.items() if listener else [])],
+            "output": self.output,
         }
         path = Path(self.report)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,7 +232,13 @@ def fold_report(result: TableResult, listener: ProgressListener, report: Path) -
     result.gate = data["gate"] or result.gate
     for table_id, batch_id, rows in data["rows_read"]:
         listener.rows_read[(table_id, batch_id)] = rows
+    for line in data.get("output", []):
+        print(line, flush=True)
 
 
 def guard_for(pipeline: str, run_id: str) -> RunGuard:
-    return RunGuard(str(paths.lock_path(pipeline)), run_id, os.getpid())
+    """The guard of this process's holding of the pipeline lock (called while holding it)."""
+    holding = holder_token(pipeline)
+    if holding is None:
+        raise RuntimeError(f"the pipeline lock of {pipeline!r} holds no token: take it first (millpond.lake.lock)")
+    return RunGuard(str(paths.lock_path(pipeline)), str(paths.commit_lock_path(pipeline)), holding, run_id, os.getpid())

@@ -31,6 +31,7 @@ from urllib.parse import unquote
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from millpond.engine.connect_batch import check_writer
 from millpond.lake import paths, system_tables
 from millpond.lake.delta_log import latest_version
 from millpond.runs import reports
@@ -264,6 +265,7 @@ class Gate:
             for o in report.outcomes
         ]
         names = [name for name, _ in VALIDATION_COLUMNS]
+        check_writer()  # on the engine: only while the run holds its pipeline (millpond.engine.connect_batch)
         system_tables.append(
             reports.validation_results_path(),
             VALIDATION_COLUMNS,

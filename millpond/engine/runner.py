@@ -122,6 +122,7 @@ def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
 
 
 NEEDS_SPARK = 10  # main(..., spark_allowed=False): some table has something new; nothing was touched
+ENGINE_REFUSED = 5  # SPARK_REMOTE names an engine that runs other code than this run, or none answers there
 
 
 def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
@@ -143,7 +144,11 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     run_id = args.run_id or cli_run_id()
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
-            code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed, plan)
+            try:
+                code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed, plan)
+            finally:  # an engine session's queries stop before the lock is free (SIGTERM comes through here)
+                if "millpond.engine.session" in sys.modules:
+                    sys.modules["millpond.engine.session"].release_engine_session()
     except PipelineBusy as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 3
@@ -210,6 +215,7 @@ def _run_locked(
     # Heavy imports only now: validation and lock errors above answer in well under a second.
     from pyspark import SparkContext
 
+    from millpond.engine.connect_batch import guard_for, reports_folder
     from millpond.engine.connect_server import EngineError
     from millpond.engine.progress import batch_rows, listening
     from millpond.engine.session import (
@@ -240,12 +246,14 @@ def _run_locked(
     jit = driver_jit.choose(pipeline, tables, bool(refresh))
     started = time.perf_counter()
     try:  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
-        spark = engine_session(pipeline.shuffle_partitions, run_id) or build_spark_session(
+        on_engine = engine_remote() is not None  # its batches report in the folder of this holding of the lock
+        reports = reports_folder(guard_for(pipeline.name, run_id).token) if on_engine else None
+        spark = (reports and engine_session(pipeline.shuffle_partitions, reports)) or build_spark_session(
             f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master, jit.java_options
         )
-    except EngineError as exc:  # the engine runs other code than this run: nothing ran
+    except EngineError as exc:  # the engine runs other code than this run, or does not answer: nothing ran
         print(f"millpond: {exc}", file=sys.stderr)
-        return 2
+        return ENGINE_REFUSED
     phases["spark_session"] = time.perf_counter() - started
     if launching:
         print(driver_jit_line(jit, driver_jit_in_effect(spark), compiles_huge_methods(spark)), flush=True)

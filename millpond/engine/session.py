@@ -7,16 +7,18 @@ import atexit
 import os
 import shutil
 import signal
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
 from millpond import settings
 from millpond.engine import jars, s3a
 from millpond.engine.driver_jit import executor_java_options
-from millpond.lake import paths
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
 BASE_CONF = {
@@ -116,6 +118,7 @@ def connect_session(remote: str, shuffle_partitions: int = 2) -> SparkSession:
         stale_message,
     )
 
+    _reachable_or_refuse(remote)
     spark = SparkSession.builder.remote(remote).create()
     server = spark.conf.get(FINGERPRINT_CONF, None)
     ours, parts = code_fingerprint()
@@ -127,12 +130,32 @@ def connect_session(remote: str, shuffle_partitions: int = 2) -> SparkSession:
     return spark
 
 
-def engine_session(shuffle_partitions: int, run_id: str) -> SparkSession | None:
-    """With SPARK_REMOTE set (millpond.engine.connect_server), a Connect session of this run's own on the engine,
-    else None (the run starts a JVM of its own). Raises EngineError when the engine runs other code than this run.
+def _reachable_or_refuse(remote: str) -> None:
+    """Fail at once, naming the fix, when nothing listens at SPARK_REMOTE: pyspark itself would retry an
+    unavailable server for ten minutes, holding the pipeline lock all the while."""
+    from millpond.engine.connect_server import EngineError
 
-    The session is released when this process exits, SIGTERM included (Airflow's on_kill): the server then stops
-    the session's queries. A SIGKILLed run cannot release it: its batches stop at their next commit instead
+    address = urlparse(remote.split(";")[0].replace("sc://", "http://", 1))
+    try:
+        socket.create_connection((address.hostname or "localhost", address.port or 15002), timeout=5).close()
+    except OSError as exc:
+        raise EngineError(
+            f"no engine answers at SPARK_REMOTE {remote.split(';')[0]} ({exc}). Fix: `millpond engine start` and set "
+            "SPARK_REMOTE to the value it prints, or unset SPARK_REMOTE to run in a JVM of the run's own"
+        ) from None
+
+
+_engine_release: list[Callable[[], None]] = []  # the open engine session's release, if any
+
+
+def engine_session(shuffle_partitions: int, reports: Path) -> SparkSession | None:
+    """With SPARK_REMOTE set (millpond.engine.connect_server), a Connect session of this run's own on the engine,
+    else None (the run starts a JVM of its own). Raises EngineError when the engine runs other code than this run,
+    or does not answer. `reports` is the folder the run's server-side batches report in (removed at the end).
+
+    The runner releases the session before it frees the pipeline lock (`release_engine_session`), and SIGTERM
+    (Airflow's on_kill) ends the run through that path: the server then stops the session's queries before the
+    next run can start. A SIGKILLed run cannot release it: its batches stop at their next commit instead
     (millpond.engine.connect_batch)."""
     remote = engine_remote()
     if remote is None:
@@ -142,15 +165,22 @@ def engine_session(shuffle_partitions: int, run_id: str) -> SparkSession | None:
 
     def release() -> None:
         spark.stop()
-        shutil.rmtree(paths.system_path("engine_runs") / run_id, ignore_errors=True)  # the batches' reports
+        shutil.rmtree(reports, ignore_errors=True)  # the batches' reports
 
     def terminate(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
-    atexit.register(release)
+    _engine_release.append(release)
+    atexit.register(release_engine_session)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, terminate)
     return spark
+
+
+def release_engine_session() -> None:
+    """Stop the run's engine session (its queries stop on the server); nothing without one. Idempotent."""
+    while _engine_release:
+        _engine_release.pop()()
 
 
 @contextmanager

@@ -81,7 +81,7 @@ def start_query(
         sink = sink_for(spark, pipeline, table, app_id, run, result, listener)
         if connect_batch.is_remote(spark):  # on the engine: the sink runs in the server's batch worker
             guard = connect_batch.guard_for(pipeline.name, run.run_id)
-            report = connect_batch.report_path(run.run_id, table.id)
+            report = connect_batch.report_path(guard, table.id)
             writer = writer.foreachBatch(connect_batch.ServerSideBatch(sink, guard, report))
         else:
             writer = writer.foreachBatch(sink)
@@ -136,7 +136,8 @@ def run_table(
                 await_query(spark, query)
             finally:  # on the engine, what the batches counted comes back from the server's worker
                 if connect_batch.is_remote(spark):
-                    connect_batch.fold_report(result, listener, connect_batch.report_path(run.run_id, table.id))
+                    guard = connect_batch.guard_for(pipeline.name, run.run_id)
+                    connect_batch.fold_report(result, listener, connect_batch.report_path(guard, table.id))
             inject_fault(table.id, "after_query")  # every batch committed; millpond's own records not yet
             collect_progress(listener.progress_of(query), table, result)
             checkpoints.record_shape(pipeline, table)

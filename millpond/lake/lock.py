@@ -1,7 +1,10 @@
 """One writer per pipeline: an OS file lock under the lake's `_system/locks/`.
 
 The stale-lock rule is the kernel's: `flock` is released when its holder dies for any reason (SIGKILL
-included), so a crashed run never blocks the next one. The file's text only says who holds it.
+included), so a crashed run never blocks the next one. The file's text says who holds it, and a token new with
+each taking: a batch of a run on the engine (millpond.engine.connect_batch) commits only while the lock holds its
+run's token. Such a batch commits under the pipeline's commit lock, so a run that takes the pipeline lock first
+waits for a batch of a dead holder that is still committing (`_wait_for_commits`): two writers never overlap.
 
 A lake on object storage has no shared filesystem to lock: there `pipeline_lock` holds the pipeline's lease in the
 bucket instead (lease.py) and yields it, so the writer can `check()` it before each commit.
@@ -14,6 +17,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -77,14 +81,46 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iter
                     "pid": os.getpid(),
                     "host": socket.gethostname(),
                     "run_id": run_id,
+                    "token": uuid.uuid4().hex,
                     "since": datetime.now(UTC).isoformat(),
                 }
             )
         )
         handle.flush()
+        _wait_for_commits(pipeline, max(wait_seconds, COMMIT_WAIT_SECONDS))
         yield None
     finally:
         handle.close()  # releases the lock
+
+
+COMMIT_WAIT_SECONDS = 600.0  # a batch of a dead run on the engine finishing its commit
+
+
+def _wait_for_commits(pipeline: str, wait_seconds: float) -> None:
+    """Take and release the commit lock once: a batch of a previous holder still committing on the engine (its run
+    died mid-batch) finishes first; every later batch of it finds the token changed and commits nothing."""
+    path = paths.commit_lock_path(pipeline)
+    deadline = time.monotonic() + wait_seconds
+    with open(path, "a+") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return  # released as the file closes
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise PipelineBusy(
+                        f"pipeline {pipeline!r}: a batch of a previous run is still committing on the engine after "
+                        f"{wait_seconds:.0f} s ({path}). Fix: `millpond engine status`; stop the engine if it hangs"
+                    ) from None
+                time.sleep(0.2)
+
+
+def holder_token(pipeline: str) -> str | None:
+    """The token of the pipeline lock's current holding (None when no run ever took it)."""
+    try:
+        return json.loads(paths.lock_path(pipeline).read_text() or "{}").get("token")
+    except (OSError, ValueError):
+        return None
 
 
 def holder(path: Path) -> str:

@@ -6,6 +6,7 @@ its checkpoint              -> $MILLPOND_LAKE/_checkpoints/<pipeline>/silver.act
 its streaming query name    -> <pipeline>.silver.activity
 event log                   -> $MILLPOND_LAKE/_system/event_log
 pipeline lock               -> $MILLPOND_LAKE/_system/locks/<pipeline>.lock
+its commit lock (engine)    -> $MILLPOND_LAKE/_system/locks/<pipeline>.commit.lock
 unfinished reprocess        -> $MILLPOND_LAKE/_system/reprocess/<pipeline>.json
 """
 
@@ -52,3 +53,7 @@ def query_progress_path(root: Path | None = None) -> Path:
 
 def lock_path(pipeline: str, root: Path | None = None) -> Path:
     return system_path("locks", root) / f"{pipeline}.lock"
+
+
+def commit_lock_path(pipeline: str, root: Path | None = None) -> Path:
+    return system_path("locks", root) / f"{pipeline}.commit.lock"

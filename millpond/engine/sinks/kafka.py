@@ -6,16 +6,22 @@ A topic has nothing like a Delta commit to name and skip a batch replayed after 
 from __future__ import annotations
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
 from millpond.engine.connect_batch import check_writer
 from millpond.engine.sinks.base import BatchSink
-from millpond.spec import resolve_setting
+from millpond.runs.run_record import RunContext, TableResult
+from millpond.spec import Table, resolve_setting
 
 
 class KafkaSink(BatchSink):
+    def __init__(self, spark: SparkSession, table: Table, app_id: str, run: RunContext, result: TableResult):
+        super().__init__(spark, table, app_id, run, result)
+        # `${NAME}` resolved here, in the run's environment: on the engine the batches run in the server's.
+        self.bootstrap_servers = resolve_setting(table.sink.bootstrap_servers or "")
+
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Send the batch's rows to the sink's topic as (key, value) messages: at least once.
 
@@ -37,7 +43,7 @@ class KafkaSink(BatchSink):
             (
                 batch.select(*as_bytes)
                 .write.format("kafka")
-                .option("kafka.bootstrap.servers", resolve_setting(sink.bootstrap_servers or ""))
+                .option("kafka.bootstrap.servers", self.bootstrap_servers)
                 .option("topic", sink.topic)
                 .options(**sink.options)
                 .save()

@@ -59,9 +59,9 @@ def run_env(lake: Path, engine: dict, **extra: str) -> dict[str, str]:
     return clean_env(MILLPOND_LAKE=str(lake), SPARK_REMOTE=engine["remote"], **extra)
 
 
-def start_run(env: dict) -> subprocess.Popen:
+def start_run(env: dict, pipeline: str = "activity") -> subprocess.Popen:
     return subprocess.Popen(
-        [MILLPOND, "run", "activity"],
+        [MILLPOND, "run", pipeline],
         env=env,
         start_new_session=True,
         stdout=subprocess.PIPE,
@@ -210,7 +210,7 @@ def test_a_run_with_other_code_than_the_engine_refuses(lake, engine, tmp_path):
     (jars / "an-upgrade.jar").write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip
     activity_files(lake / "landing" / "activity", 1, 100, seed=31)
     result = millpond(run_env(lake, engine, MILLPOND_JARS=str(jars)), "run", "activity")
-    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.returncode == 5, result.stdout + result.stderr
     assert "runs other code than this run" in result.stderr
     assert "millpond engine stop && millpond engine start" in result.stderr
     assert latest_version(paths.table_path("bronze.activity", lake)) < 0  # nothing ran
@@ -241,6 +241,40 @@ def test_the_clicks_pipeline_on_the_engine_equals_a_run_in_a_jvm_of_its_own(spar
             rows = [tuple(v.replace(str(lake), "<lake>") if isinstance(v, str) else v for v in r) for r in df.collect()]
             sides.append(sorted(rows, key=repr))
         assert sides[0] == sides[1] and sides[0], table_id
+
+
+def test_each_run_has_a_session_of_its_own_and_pipelines_overlap(spark, lake, engine):
+    """No conf or temporary view of one session is seen by another; a run of activity and one of clicks started
+    together on one engine both finish, each with its own tables right."""
+    from millpond.engine.session import connect_session
+
+    first, second = connect_session(engine["remote"], 7), connect_session(engine["remote"], 3)
+    try:
+        first.range(3).createOrReplaceTempView("only_in_first")
+        first.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+        assert first.conf.get("spark.sql.shuffle.partitions") == "7"
+        assert second.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert second.conf.get("spark.sql.session.timeZone") != "Asia/Tokyo"
+        assert not second.catalog.tableExists("only_in_first") and first.catalog.tableExists("only_in_first")
+    finally:
+        first.stop()
+        second.stop()
+
+    landing = lake / "landing" / "activity"
+    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=41)
+    env = run_env(lake, engine)
+    landed = millpond(env, "generate", "clicks", "--files", "1", "--rows", "300", "--seed", "41")
+    assert landed.returncode == 0, landed.stderr
+    runs = {name: start_run(env, name) for name in ("activity", "clicks")}  # together
+    outputs = {name: proc.communicate(timeout=900)[0] for name, proc in runs.items()}
+    for name, proc in runs.items():
+        assert proc.returncode == 0, f"{name}:\n{outputs[name][-3000:]}"
+        assert "on the engine at" in outputs[name]
+    assert_matches_reference(spark, activity_reference(landing))
+    for source in ("impressions", "clicks"):  # every landed line, once
+        landed_lines = sum(len(f.read_text().splitlines()) for f in (lake / "landing" / source).rglob("*.json"))
+        table = spark.read.format("delta").load(str(paths.table_path(f"bronze.{source}", lake)))
+        assert landed_lines and table.count() == landed_lines, source
 
 
 def test_stop_ends_the_server_and_its_process_group(engine):
