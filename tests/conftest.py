@@ -100,16 +100,12 @@ def test_engine(tmp_path_factory) -> Generator[str | None, None, None]:
 
 @pytest.fixture(scope="session")
 def spark(test_engine) -> Generator:
-    """The tests' own local session (reading tables back): always a JVM of this process, also when the runs under
-    test go to the engine."""
-    from millpond.engine.session import build_spark_session
+    """The tests' own session (reading tables back): a local JVM, or with MILLPOND_TEST_ENGINE=on a session on the
+    engine, since a process that has opened one Spark Connect session builds every later Column for Connect (pyspark
+    switches its functions over for the whole process) and runs in-process tests start such sessions."""
+    from millpond.engine.session import build_spark_session, connect_session
 
-    remote = os.environ.pop("SPARK_REMOTE", None)
-    try:
-        session = build_spark_session("millpond-tests", shuffle_partitions=2)
-    finally:
-        if remote is not None:
-            os.environ["SPARK_REMOTE"] = remote
+    session = connect_session(test_engine) if test_engine else build_spark_session("millpond-tests", 2)
     yield session
     session.stop()
 
