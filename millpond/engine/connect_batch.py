@@ -107,7 +107,7 @@ def is_remote(spark: SparkSession) -> bool:
 
 
 def report_path(run_id: str, table_id: str) -> Path:
-    return paths.system_path("engine_runs") / run_id / f"{table_id}.json"
+    return paths.on_disk(paths.system_path("engine_runs"), "the engine") / run_id / f"{table_id}.json"
 
 
 class RowsRead:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -118,7 +117,7 @@ def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
             paths.table_path(table_id),
             paths.quarantine_path(table_id),
         ):
-            shutil.rmtree(path, ignore_errors=True)
+            paths.remove_tree(path)
 
 
 NEEDS_SPARK = 10  # main(..., spark_allowed=False): some table has something new; nothing was touched
@@ -297,7 +296,7 @@ def _run_locked(
             if rebuilds and not failed:
                 print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
                 for table_id in rebuilds:  # the table stays readable: its first batch overwrites it in one commit
-                    shutil.rmtree(paths.checkpoint_path(pipeline.name, table_id), ignore_errors=True)
+                    paths.remove_tree(paths.checkpoint_path(pipeline.name, table_id))
                 refresh = rebuilds
             run_tables(list(plan.rebuilds), listener)  # the others only drain: nothing upstream of them changed
     phases.update({r.table: r.seconds for r in results})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import signal
 import threading
 from collections.abc import Iterator
@@ -142,7 +141,7 @@ def engine_session(shuffle_partitions: int, run_id: str) -> SparkSession | None:
 
     def release() -> None:
         spark.stop()
-        shutil.rmtree(paths.system_path("engine_runs") / run_id, ignore_errors=True)  # the batches' reports
+        paths.remove_tree(paths.system_path("engine_runs") / run_id)  # the batches' reports
 
     def terminate(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)

@@ -18,9 +18,9 @@ MILLPOND_DELTA_RS_COMMITS=off sends every overwrite through Spark.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from millpond.lake.paths import LakePath
 from millpond.lake.system_tables import checkpoint_as_spark_does, driver_writable, open_table
 
 if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is written, not at import
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is w
 SMALL_ROWS = 100_000  # the most rows of a batch collected to the driver as Arrow: a few MB for an aggregate
 
 
-def table_to_overwrite(path: Path, spark_schema: dict[str, Any]) -> DeltaTable | None:
+def table_to_overwrite(path: LakePath | str, spark_schema: dict[str, Any]) -> DeltaTable | None:
     """The table's delta-rs handle if this batch (Spark schema as `StructType.jsonValue()`) can take this path."""
     table = open_table(path)
     if table is None or not driver_writable(table):
