@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from millpond.engine import driver_jit, speedups, warm_driver
 from millpond.lake import checkpoints, file_sink_log, paths, pending_reprocess
+from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.runs import event_log
 from millpond.runs.run_record import RunContext, TableResult, cli_run_id
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
             code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed and not hand_over, plan)
-    except PipelineBusy as exc:
+    except (PipelineBusy, LeaseLost) as exc:  # LeaseLost: another run took the lake's lease; this one stopped
         print(f"millpond: {exc}", file=sys.stderr)
         return 3
     except LakeNotWritable as exc:
@@ -477,6 +478,8 @@ def record_run(
         summary = event_log.write_run_summary(pipeline.name, run, results)
         phases["event_log"] = time.perf_counter() - started
         print("millpond: phases " + " ".join(f"{name}={seconds:.2f}s" for name, seconds in phases.items()))
+    except LeaseLost:
+        raise
     except Exception as exc:  # say so instead of a traceback
         print(
             f"millpond: run {run.run_id}: could not record the run in {paths.event_log_path()}: "

@@ -24,7 +24,7 @@ from millpond.engine.faults import inject_fault
 from millpond.engine.plan import plan_table
 from millpond.engine.progress import ProgressListener, watermark_of
 from millpond.engine.sinks import sink_for
-from millpond.lake import checkpoints, file_sink_log, paths
+from millpond.lake import checkpoints, file_sink_log, lease, paths
 from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.delta_log import rows_added
 from millpond.lake.paths import LakePath
@@ -56,6 +56,7 @@ def start_query(
     result: TableResult,
     listener: ProgressListener,
 ) -> StreamingQuery:
+    lease.fence()  # an object-store lake: a run that lost its lease stops before touching the checkpoint
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     app_id = f"millpond:{checkpoint_query_id(checkpoint)}"
     df = plan_table(

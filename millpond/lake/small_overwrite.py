@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from millpond.lake import lease
 from millpond.lake.paths import LakePath
 from millpond.lake.system_tables import checkpoint_as_spark_does, driver_writable, open_table
 
@@ -61,6 +62,7 @@ def overwrite(table: DeltaTable, data: pa.Table, app_id: str, batch_id: int) -> 
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
 
     rows = pa.table(data).cast(pa.schema(table.schema().to_arrow()))  # e.g. Spark's large_string -> string
+    lease.fence()
     write_deltalake(
         table,
         rows,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from millpond.lake import lease
 from millpond.lake.object_store import S3Path, delta_rs_options
 from millpond.lake.paths import LakePath, as_lake_path
 
@@ -54,6 +55,7 @@ def append(
 
     transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else None
     uri, options = delta_rs_location(path)
+    lease.fence()
     write_deltalake(
         table if table is not None else uri,
         pa.Table.from_pylist(rows, schema=arrow_schema(columns)),
