@@ -82,7 +82,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def landing_folder(pipeline: Pipeline, source_id: str) -> Path:
     """A file source's landing folder: the sample generators land only where the shipped specs read files."""
-    return paths.landing_path(cast(FileSource, pipeline.sources[source_id]).path)
+    return paths.on_disk(paths.landing_path(cast(FileSource, pipeline.sources[source_id]).path), "a sample generator")
 
 
 def generate_recordings(args: argparse.Namespace) -> int:
@@ -106,7 +106,7 @@ def generate_recordings(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    folder = paths.landing_path(sources[0].path)
+    folder = paths.on_disk(paths.landing_path(sources[0].path), "a sample generator")
     landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
     print(f"landed {len(landed)} files x {args.rows} lines in {folder}")
     return 0

@@ -240,16 +240,24 @@ def _place(setting: Setting, *default: str) -> Path:
 
 
 def lake_root() -> Path:
-    """The lake as a local (or mounted) folder. An object-store lake is refused here, naming the state of things:
-    as a Path, `s3a://bucket/lake` would silently become a local folder `s3a:/bucket/lake`."""
-    raw = LAKE.raw()
-    if raw is not None and raw.split("://", 1)[0].lower() in ("s3a", "s3") and "://" in raw:
+    """The lake as a local (or mounted) folder. An object-store lake is refused here: as a Path, `s3a://bucket/lake`
+    would silently become a local folder `s3a:/bucket/lake`. The lake's own modules take `millpond.lake.paths
+    .lake_root()`, which also gives an object-store lake; only what still needs a folder calls this."""
+    if (url := lake_url()) is not None:
         raise SettingError(
-            f"MILLPOND_LAKE={raw!r} is on object storage, which millpond's runs and commands do not use yet: "
-            "Spark, Delta, the pipeline lease and the listings are ready (docs/object-storage.md), the lake's paths "
-            "are not. Fix: point MILLPOND_LAKE at a local or shared folder for now"
+            f"MILLPOND_LAKE={url!r} is on object storage, and this command reads the lake as a local folder "
+            "(docs/object-storage.md lists what works on s3a://). Fix: point MILLPOND_LAKE at a local or shared "
+            "folder for this command"
         )
     return _place(LAKE, "lake")
+
+
+def lake_url() -> str | None:
+    """MILLPOND_LAKE when it names an object store (`s3a://...` or `s3://...`), else None."""
+    raw = LAKE.raw()
+    if raw is not None and "://" in raw and raw.split("://", 1)[0].lower() in ("s3a", "s3"):
+        return raw
+    return None
 
 
 def pipelines_dir() -> Path:

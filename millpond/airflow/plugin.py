@@ -27,6 +27,7 @@ from urllib.parse import quote
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
 
+from millpond.lake import paths
 from millpond.runs import reports, run_summary
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def run_report(pipeline: str, run_id: str) -> Path | None:
 
 def report_url_path(path: Path | None, root: Path | None = None) -> str:
     """The URL path (under MOUNT) of a report file; the index page when there is none or it lies outside the folder."""
-    base = reports.reports_dir(root).resolve()
+    base = paths.on_disk(reports.reports_dir(root), "the report viewer").resolve()
     try:
         relative = path.resolve().relative_to(base).as_posix() if path else "index.html"
     except ValueError:
@@ -81,7 +82,7 @@ class ReportLink(BaseOperatorLink):
 
 def resolve_report(relative: str, root: Path | None = None) -> Path | None:
     """A file inside the reports folder for a URL path, or None: no `..`, no absolute path, no symlink escaping it."""
-    base = reports.reports_dir(root).resolve()
+    base = paths.on_disk(reports.reports_dir(root), "the report viewer").resolve()
     if "\\" in relative or "\x00" in relative:
         return None
     parts = PurePosixPath(relative).parts

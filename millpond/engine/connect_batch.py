@@ -152,7 +152,7 @@ def is_remote(spark: SparkSession) -> bool:
 def reports_folder(token: str) -> Path:
     """Where one holding of the pipeline lock's batches report: a retry of the same run id has a folder of its own,
     so it never reads what a killed try's batches wrote."""
-    return paths.system_path("engine_runs") / token
+    return paths.on_disk(paths.system_path("engine_runs"), "the engine") / token
 
 
 def report_path(guard: RunGuard, table_id: str) -> Path:

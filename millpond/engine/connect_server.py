@@ -74,7 +74,7 @@ class EngineState:
 
 
 def engine_dir(lake: Path | None = None) -> Path:
-    return paths.system_path("engine", lake)
+    return paths.on_disk(paths.system_path("engine", lake), "the engine")
 
 
 def state_path(lake: Path | None = None) -> Path:

@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlparse
 from millpond import settings
 from millpond.lake import checkpoints, paths
 from millpond.lake.delta_log import bytes_added, latest_version
+from millpond.lake.object_store import S3Path
 from millpond.spec import FileSource, Pipeline, SpecError, Table
 
 ENV = settings.DRIVER_JIT.name
@@ -107,8 +108,10 @@ def pending_input_bytes(pipeline: Pipeline, tables: list[str]) -> int | None:
 def _pending_landed_bytes(pipeline: Pipeline, table: Table) -> int | None:
     source = pipeline.sources[table.source]
     assert isinstance(source, FileSource)  # a table reading landing files
-    root = paths.landing_path(source.path)
-    seen = _seen_files(paths.checkpoint_path(pipeline.name, table.id))
+    root, checkpoint = paths.landing_path(source.path), paths.checkpoint_path(pipeline.name, table.id)
+    if isinstance(root, S3Path) or isinstance(checkpoint, S3Path):
+        return None  # not sized on object storage: the JIT's default choice
+    seen = _seen_files(checkpoint)
     if seen is None:
         return None
     return sum(

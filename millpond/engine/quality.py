@@ -20,8 +20,12 @@ great_expectations is imported lazily here (≈3 s): only runs that reach a gate
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import sys
+import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +38,7 @@ from pyspark.sql import functions as F
 from millpond.engine.connect_batch import check_writer
 from millpond.lake import paths, system_tables
 from millpond.lake.delta_log import latest_version
+from millpond.lake.object_store import S3Path
 from millpond.runs import reports
 from millpond.spec import Table
 from millpond.spec.suites import Rule, Suite, load_suite
@@ -375,7 +380,9 @@ def _gx_validate(
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
-    docs = reports.docs_dir()
+    lake_docs = reports.docs_dir()
+    docs = _staging(lake_docs) if isinstance(lake_docs, S3Path) else lake_docs
+    started = time.time() - 1  # file times may round down
     context = _context(docs)
     source = cast("SparkDatasource", context.data_sources.get("millpond"))  # added by _context
     asset_name = f"{pipeline}.{table.id}"
@@ -413,7 +420,19 @@ def _gx_validate(
         reports.localize_data_docs(docs, [Path(page), suite_page] if page else [suite_page])
     except OSError as exc:  # styling a report never fails a gate: the page still reads, with CDN links
         print(f"millpond: warning: Data Docs under {docs} keep their CDN links ({exc})", file=sys.stderr)
+    if isinstance(lake_docs, S3Path):
+        reports.upload_docs(docs, lake_docs, started)
+        page = str(lake_docs / Path(page).relative_to(docs).as_posix()) if page else page
     return results, page
+
+
+def _staging(lake_docs: S3Path) -> Path:
+    """A local folder GX builds a lake's Data Docs in when the lake is on object storage (uploaded after each
+    build): one per lake and user, kept between runs so the vendored assets are copied once."""
+    key = hashlib.sha256(str(lake_docs).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"millpond-datadocs-{os.getuid()}-{key}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
 
 
 def _run_checkpoint(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +31,7 @@ from millpond.engine.plan import plan_table
 from millpond.engine.streaming import TableFailed, gate_message
 from millpond.lake import checkpoints, paths, pending_reprocess
 from millpond.lake.delta_log import latest_version as delta_version
+from millpond.lake.paths import LakePath
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table
 from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders
@@ -123,7 +123,7 @@ def landing_slice(
     local = {uri: unquote(urlparse(uri).path) for uri in seen}
     folders = [str(root / folder) + "/" for folder in layout_folders(source.layout, interval)] if source.layout else []
     wanted = [path for path in local.values() if not folders or path.startswith(tuple(folders))]
-    present = sorted(path for path in wanted if Path(path).is_file())
+    present = sorted(path for path in wanted if paths.as_lake_path(path).is_file())
     in_interval = F.expr(interval.slice_sql(column))
     path = str(paths.table_path(table.id))
     if present:
@@ -140,7 +140,7 @@ def landing_slice(
             F.lit(run.run_id).alias("run_id"),
             now.alias("quarantined_at"),
         )
-    elif delta_version(Path(path)) >= 0:
+    elif delta_version(path) >= 0:
         rows = spark.read.format("delta").load(path).limit(0)
         bad = None
     else:
@@ -154,9 +154,7 @@ def landing_slice(
         files = _files_under(spark, path, sources.SOURCE_FILE, folders, F.expr(condition)) | read_now
         condition += " AND " + _in_list(sources.SOURCE_FILE, files)
         quarantine = str(paths.quarantine_path(table.id))
-        held = (
-            _files_under(spark, quarantine, "source_file", folders) if delta_version(Path(quarantine)) >= 0 else set()
-        )
+        held = _files_under(spark, quarantine, "source_file", folders) if delta_version(quarantine) >= 0 else set()
         quarantine_condition = _in_list("source_file", held | read_now)
     return Slice(table, rows, condition, bad, quarantine_condition, len(present))
 
@@ -246,7 +244,7 @@ def commit(spark: SparkSession, piece: Slice, interval: Interval, run: RunContex
     inject_fault(table_id, "after_replace")
 
 
-def _replace(rows: DataFrame, path: Path, condition: str | None, note: str, replaces: bool = True) -> None:
+def _replace(rows: DataFrame, path: LakePath, condition: str | None, note: str, replaces: bool = True) -> None:
     """One commit replacing the rows matching `condition` (all rows when None) that the live streams skip.
 
     Delta's streaming source reads only commits that add rows; the streams reading a sliced table use
@@ -288,7 +286,7 @@ def _shape_for_drift(spark: SparkSession, pipeline: Pipeline, table: Table, good
     if sources.NEW_FIELDS not in good.columns:
         return good
     source = pipeline.sources[table.source]
-    existing = spark.read.format("delta").load(path).columns if delta_version(Path(path)) >= 0 else []
+    existing = spark.read.format("delta").load(path).columns if delta_version(path) >= 0 else []
     return sources.apply_schema_drift(good, source, str(pipeline.spec_path), existing)
 
 

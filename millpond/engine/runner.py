@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from millpond.engine import driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, paths, pending_reprocess
+from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
 from millpond.runs import event_log
 from millpond.runs.run_record import RunContext, TableResult, cli_run_id
@@ -118,7 +118,7 @@ def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
             paths.table_path(table_id),
             paths.quarantine_path(table_id),
         ):
-            shutil.rmtree(path, ignore_errors=True)
+            paths.remove_tree(path)
 
 
 NEEDS_SPARK = 10  # main(..., spark_allowed=False): some table has something new; nothing was touched
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
             finally:  # an engine session's queries stop before the lock is free (SIGTERM comes through here)
                 if "millpond.engine.session" in sys.modules:
                     sys.modules["millpond.engine.session"].release_engine_session()
-    except PipelineBusy as exc:
+    except (PipelineBusy, LeaseLost) as exc:  # LeaseLost: another run took the lake's lease; this one stopped
         print(f"millpond: {exc}", file=sys.stderr)
         return 3
     except LakeNotWritable as exc:
@@ -298,7 +298,7 @@ def _run_locked(
             if rebuilds and not failed:
                 print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
                 for table_id in rebuilds:  # the table stays readable: its first batch overwrites it in one commit
-                    shutil.rmtree(paths.checkpoint_path(pipeline.name, table_id), ignore_errors=True)
+                    paths.remove_tree(paths.checkpoint_path(pipeline.name, table_id))
                 refresh = rebuilds
             run_tables(list(plan.rebuilds), listener)  # the others only drain: nothing upstream of them changed
     phases.update({r.table: r.seconds for r in results})
@@ -479,6 +479,8 @@ def record_run(
         summary = event_log.write_run_summary(pipeline.name, run, results)
         phases["event_log"] = time.perf_counter() - started
         print("millpond: phases " + " ".join(f"{name}={seconds:.2f}s" for name, seconds in phases.items()))
+    except LeaseLost:
+        raise
     except Exception as exc:  # say so instead of a traceback
         print(
             f"millpond: run {run.run_id}: could not record the run in {paths.event_log_path()}: "

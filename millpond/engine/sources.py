@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
@@ -23,7 +22,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from millpond.engine.speedups import JSON_FUNCTIONS
-from millpond.lake import paths
+from millpond.lake import checkpoints, paths
+from millpond.lake.paths import LakePath
 from millpond.spec import GLOB_CHARACTERS, FileSource, KafkaSource, Pipeline, Table, ddl_columns, resolve_setting
 
 # Columns a landing read adds next to the source's schema. `_error` is null for a well-formed line.
@@ -115,16 +115,11 @@ def read_dimension(spark: SparkSession, pipeline: Pipeline, table: Table) -> Dat
     return df
 
 
-def _has_data_files(folder: Path) -> bool:
+def _has_data_files(folder: LakePath) -> bool:
     """A file Spark's reader would read: not hidden, at any depth (a folder of partitions counts)."""
     if folder.is_file():
         return not folder.name.startswith((".", "_"))
-    if not folder.is_dir():
-        return False
-    return any(
-        p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts)
-        for p in folder.rglob("*")
-    )
+    return bool(checkpoints.landed_files(folder)) if folder.is_dir() else False
 
 
 def schema_of(ddl: str) -> StructType:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 from pyspark.sql import SparkSession
@@ -20,15 +19,15 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.utils import CapturedException
 
-from millpond import settings
 from millpond.engine import connect_batch, sources
 from millpond.engine.faults import inject_fault
 from millpond.engine.plan import plan_table
 from millpond.engine.progress import ProgressListener, watermark_of
 from millpond.engine.sinks import sink_for
-from millpond.lake import checkpoints, file_sink_log, paths
+from millpond.lake import checkpoints, file_sink_log, lease, paths
 from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.delta_log import rows_added
+from millpond.lake.paths import LakePath
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table
 
@@ -39,16 +38,13 @@ class TableFailed(RuntimeError):
         self.table_id, self.result = table_id, result
 
 
-def checkpoint_query_id(checkpoint: Path) -> str:
+def checkpoint_query_id(checkpoint: LakePath) -> str:
     """The checkpoint's stable query id (Spark's `metadata` file), written by us first if the checkpoint is new."""
     metadata = checkpoint / "metadata"
     if metadata.exists():
         return json.loads(metadata.read_text().splitlines()[0])["id"]
-    checkpoint.mkdir(parents=True, exist_ok=True)
     query_id = str(uuid.uuid4())
-    tmp = checkpoint / ".metadata.tmp"
-    tmp.write_text(json.dumps({"id": query_id}) + "\n")
-    tmp.replace(metadata)
+    paths.write_atomically(metadata, json.dumps({"id": query_id}) + "\n")
     return query_id
 
 
@@ -60,6 +56,7 @@ def start_query(
     result: TableResult,
     listener: ProgressListener,
 ) -> StreamingQuery:
+    lease.fence()  # an object-store lake: a run that lost its lease stops before touching the checkpoint
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     app_id = f"millpond:{checkpoint_query_id(checkpoint)}"
     df = plan_table(
@@ -215,7 +212,7 @@ def storage_error_fix(message: str) -> str | None:
     for marker, what in STORAGE_ERRORS.items():
         if marker in message:
             return (
-                f"storage error writing the lake {settings.lake_root()}: {what}, then rerun; the failed batch was "
+                f"storage error writing the lake {paths.lake_root()}: {what}, then rerun; the failed batch was "
                 "not committed, readers still see the previous table version, and the rerun writes it once"
             )
     return None

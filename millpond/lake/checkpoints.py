@@ -18,11 +18,12 @@ import json
 import os
 from dataclasses import asdict
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, cast
 
 from millpond.lake import file_sink_log, paths
 from millpond.lake.delta_log import latest_version
+from millpond.lake.object_store import S3Path, landed_objects
+from millpond.lake.paths import LakePath
 from millpond.spec import GLOB_CHARACTERS, GLOB_SHOWN, FileSource, Pipeline, Table
 from millpond.spec.reprocess import ReprocessPlan
 
@@ -108,7 +109,7 @@ def _stateful_shape(table: Table) -> dict | None:
     )
 
 
-def shape_changes(checkpoint: Path, table: Table) -> list[str]:
+def shape_changes(checkpoint: LakePath, table: Table) -> list[str]:
     """Field-by-field differences between the shape recorded in the checkpoint and the spec's table."""
     recorded_path = checkpoint / SHAPE_FILE
     if not recorded_path.exists():
@@ -152,7 +153,7 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
     return hashlib.sha256(json.dumps(state).encode()).hexdigest()
 
 
-def refuse_pattern_names(table: Table, root: Path, names: list[str]) -> None:
+def refuse_pattern_names(table: Table, root: LakePath, names: list[str]) -> None:
     """Spark's file source reads each file of a batch by its path, and a path holding a glob character is expanded
     as a pattern: the batch then reads other files twice (seen with `?` and with `[1]{a}`). Refused before the
     query starts, so nothing of the batch is read."""
@@ -166,7 +167,7 @@ def refuse_pattern_names(table: Table, root: Path, names: list[str]) -> None:
         )
 
 
-def _delta_state(upstream: Path) -> list[int]:
+def _delta_state(upstream: LakePath) -> list[int]:
     version = latest_version(upstream)
     commit = upstream / "_delta_log" / f"{version:020d}.json"
     return [version, commit.stat().st_mtime_ns if commit.exists() else 0]  # mtime: a recreated table differs
@@ -201,8 +202,10 @@ def record_input(pipeline: Pipeline, table: Table, fingerprint: str, state_rows:
         _write_atomically(checkpoint / INPUT_FILE, {"fingerprint": fingerprint, "state_rows": state_rows})
 
 
-def landed_files(root: Path) -> list[tuple[str, int, int]]:
+def landed_files(root: LakePath) -> list[tuple[str, int, int]]:
     """Every file Spark's file source would list under root (names starting with `.` or `_` are hidden)."""
+    if isinstance(root, S3Path):
+        return landed_objects(root.location)
     found = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
@@ -213,10 +216,8 @@ def landed_files(root: Path) -> list[tuple[str, int, int]]:
     return found
 
 
-def _write_atomically(path: Path, body: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+def _write_atomically(path: LakePath, body: dict) -> None:
+    paths.write_atomically(path, json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
 def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | None:
@@ -240,21 +241,21 @@ def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | Non
 # ---------------------------------------------------------------------------------------------- Spark's files
 
 
-def log_files(folder: Path) -> list[Path]:
+def log_files(folder: LakePath) -> list[LakePath]:
     """Batch files of a Spark metadata log (`0`, `1`, ..., `9.compact`), newest last."""
-    if not folder.is_dir():
+    if not isinstance(folder, S3Path) and not folder.is_dir():  # a listing of a missing prefix is empty
         return []
     entries = [
-        p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0].isdigit() and not p.name.startswith(".")
+        p for p in folder.iterdir() if p.name.split(".")[0].isdigit() and not p.name.startswith(".") and p.is_file()
     ]
     return sorted(entries, key=lambda p: int(p.name.split(".")[0]))
 
 
-def _batch_id(log_file: Path) -> int:
+def _batch_id(log_file: LakePath) -> int:
     return int(log_file.name.split(".")[0])
 
 
-def _read_metadata(path: Path, fix: str) -> None:
+def _read_metadata(path: LakePath, fix: str) -> None:
     try:
         if "id" not in json.loads(path.read_text().splitlines()[0]):
             raise ValueError("no query id")
@@ -262,7 +263,7 @@ def _read_metadata(path: Path, fix: str) -> None:
         raise CheckpointProblem(f"checkpoint file {path} is unreadable ({_reason(exc)}). {fix}") from None
 
 
-def _read_log_entry(folder: Path, fix: str, required: bool = True) -> list[dict]:
+def _read_log_entry(folder: LakePath, fix: str, required: bool = True) -> list[dict]:
     """Parse the newest entry of an offsets/commits log: a version line (`v1`) then one JSON document per line."""
     files = log_files(folder)
     if not files:
@@ -279,7 +280,7 @@ def _read_log_entry(folder: Path, fix: str, required: bool = True) -> list[dict]
         raise CheckpointProblem(f"checkpoint file {newest} is corrupted ({_reason(exc)}). {fix}") from None
 
 
-def _check_file_source_log(checkpoint: Path, latest_offsets: list[dict], fix: str) -> None:
+def _check_file_source_log(checkpoint: LakePath, latest_offsets: list[dict], fix: str) -> None:
     """The file source's seen-files log must reach the offset the checkpoint says was read (else: re-ingest)."""
     wanted = max((o.get("logOffset", -1) for o in latest_offsets[1:] if isinstance(o, dict)), default=-1)
     log = checkpoint / "sources" / "0"

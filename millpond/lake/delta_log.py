@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+
+from millpond.lake.paths import LakePath, as_lake_path
 
 
 @dataclass(frozen=True)
@@ -18,8 +19,8 @@ class TableState:
     rows: int
 
 
-def table_state(path: Path) -> TableState | None:
-    log = Path(path) / "_delta_log"
+def table_state(path: LakePath | str) -> TableState | None:
+    log = as_lake_path(path) / "_delta_log"
     if not log.is_dir():
         return None
     live: dict[str, int] = {}
@@ -29,12 +30,16 @@ def table_state(path: Path) -> TableState | None:
         import pyarrow.parquet as pq  # only tables with 10+ commits have a checkpoint
 
         start = json.loads(last_checkpoint.read_text())["version"]
-        for part in sorted(log.glob(f"{start:020d}.checkpoint*.parquet")):
-            for add in pq.read_table(part, columns=["add"]).column("add").to_pylist():
+        parts: list[LakePath] = list(log.glob(f"{start:020d}.checkpoint*.parquet"))
+        for part in sorted(parts, key=str):
+            with part.open("rb") as handle:
+                adds = pq.read_table(handle, columns=["add"])
+            for add in adds.column("add").to_pylist():
                 if add:
                     live[add["path"]] = _records(add.get("stats"))
     version = start
-    for commit in sorted(log.glob("*.json")):
+    commits: list[LakePath] = list(log.glob("*.json"))
+    for commit in sorted(commits, key=str):
         number = int(commit.name.split(".")[0])
         if number <= start:
             continue
@@ -52,21 +57,21 @@ def _records(stats: str | None) -> int:
     return int(json.loads(stats).get("numRecords", 0)) if stats else 0
 
 
-def latest_version(path: Path) -> int:
+def latest_version(path: LakePath | str) -> int:
     """Newest committed version from the log's file names (-1 if there is no table): a listing, no JVM."""
-    return max(_commit_versions(Path(path) / "_delta_log"), default=-1)
+    return max(_commit_versions(as_lake_path(path) / "_delta_log"), default=-1)
 
 
-def _commit_versions(log: Path) -> list[int]:
+def _commit_versions(log: LakePath) -> list[int]:
     """Versions of the log's commit files (`<20 digits>.json`; not checkpoints, checksums or compacted ranges)."""
     return [int(p.name[:20]) for p in log.glob("*.json") if len(p.name) == 25 and p.name[:20].isdigit()]
 
 
-def committed_batch_in(path: Path, after: int, app_id: str, batch_id: int) -> bool:
+def committed_batch_in(path: LakePath | str, after: int, app_id: str, batch_id: int) -> bool:
     """Whether a commit after version `after` carries Delta's `txn` action for this app and batch: how a writer
     learns that its own write committed (Delta records even an empty append that has one) and was not skipped as a
     replay, whatever other writers committed meanwhile."""
-    log = Path(path) / "_delta_log"
+    log = as_lake_path(path) / "_delta_log"
     for version in sorted(v for v in _commit_versions(log) if v > after):
         for line in (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
             if '"txn"' in line:
@@ -76,7 +81,7 @@ def committed_batch_in(path: Path, after: int, app_id: str, batch_id: int) -> bo
     return False
 
 
-def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> int:
+def rows_added(path: LakePath | str, after: int, upto: int, newest_only: bool = False) -> int:
     """Rows committed in versions (after, upto], from each commit's `operationMetrics.numOutputRows`.
 
     `newest_only` is for complete-mode tables, where the newest overwrite *is* the table. A batch Delta skipped on
@@ -84,7 +89,7 @@ def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> 
     """
     counts = []
     for version in range(after + 1, upto + 1):
-        commit = Path(path) / "_delta_log" / f"{version:020d}.json"
+        commit = as_lake_path(path) / "_delta_log" / f"{version:020d}.json"
         for line in commit.read_text().splitlines():
             info = json.loads(line).get("commitInfo")
             if info is not None:
@@ -94,11 +99,13 @@ def rows_added(path: Path, after: int, upto: int, newest_only: bool = False) -> 
     return sum(counts)
 
 
-def bytes_added(path: Path, after: int, upto: int) -> int:
+def bytes_added(path: LakePath | str, after: int, upto: int) -> int:
     """Bytes of the data files committed in versions (after, upto] (`add` actions that change data)."""
     total = 0
     for version in range(after + 1, upto + 1):
-        for line in (Path(path) / "_delta_log" / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
+        for line in (
+            (as_lake_path(path) / "_delta_log" / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
+        ):
             added = json.loads(line).get("add")
             total += added["size"] if added and added.get("dataChange", True) else 0
     return total

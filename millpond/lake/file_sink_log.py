@@ -13,26 +13,27 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from millpond.lake import paths
 from millpond.lake.delta_log import TableState
 from millpond.lake.delta_log import latest_version as delta_version
+from millpond.lake.object_store import S3Path
+from millpond.lake.paths import LakePath, as_lake_path
 from millpond.spec import Sink, Table
 
 METADATA = "_spark_metadata"
 
 
-def latest_batch(path: Path) -> int:
+def latest_batch(path: LakePath | str) -> int:
     """Newest batch id the sink committed (-1 if none): a listing, like delta_log.latest_version."""
-    return max((_batch_id(p) for p in _log_files(Path(path) / METADATA)), default=-1)
+    return max((_batch_id(p) for p in _log_files(as_lake_path(path) / METADATA)), default=-1)
 
 
-def files(path: Path, upto: int) -> set[str]:
+def files(path: LakePath | str, upto: int) -> set[str]:
     """Absolute paths of the files committed in batches 0..upto: the newest compact file at or before upto, then
     the batch files after it (a compact file holds every file of the batches it covers)."""
-    log = Path(path) / METADATA
+    log = as_lake_path(path) / METADATA
     entries = [p for p in _log_files(log) if _batch_id(p) <= upto]
     compacts = [p for p in entries if p.name.endswith(".compact")]
     start = _batch_id(compacts[-1]) if compacts else -1
@@ -42,7 +43,8 @@ def files(path: Path, upto: int) -> set[str]:
             continue
         for line in entry.read_text().splitlines()[1:]:  # first line: the log's version (`v1`)
             status = json.loads(line)
-            local = unquote(urlparse(status["path"]).path)
+            url = urlparse(status["path"])
+            local = status["path"] if url.scheme in ("s3a", "s3") else unquote(url.path)
             if status.get("action", "add") == "add":
                 found.add(local)
             else:
@@ -54,11 +56,12 @@ def rows_in(file_paths: set[str], sink: Sink) -> int:
     """Rows in the given sink files, read the way Spark wrote them (one json object per line, a csv header)."""
     total = 0
     for name in file_paths:
-        file = Path(name)
+        file = as_lake_path(name)
         if sink.format == "parquet":
             import pyarrow.parquet as pq
 
-            total += pq.ParquetFile(file).metadata.num_rows
+            with file.open("rb") as handle:
+                total += pq.ParquetFile(handle).metadata.num_rows
         elif sink.format == "json":
             with file.open("rb") as handle:
                 total += sum(1 for line in handle if line.strip())
@@ -70,33 +73,33 @@ def rows_in(file_paths: set[str], sink: Sink) -> int:
     return total
 
 
-def rows_added(path: Path, sink: Sink, after: int, upto: int) -> int:
+def rows_added(path: LakePath | str, sink: Sink, after: int, upto: int) -> int:
     """Rows committed in batches (after, upto]. A batch the sink skipped on replay added no file: it counts zero."""
     if upto <= after:
         return 0
     return rows_in(files(path, upto) - files(path, after), sink)
 
 
-def table_state(path: Path, sink: Sink) -> TableState | None:
-    if not (Path(path) / METADATA).is_dir():
+def table_state(path: LakePath | str, sink: Sink) -> TableState | None:
+    if not (as_lake_path(path) / METADATA).is_dir():
         return None
     batch = latest_batch(path)
     live = files(path, batch)
     return TableState(version=batch, files=len(live), rows=rows_in(live, sink))
 
 
-def table_version(table: Table, root: Path | None = None) -> int:
+def table_version(table: Table, root: LakePath | None = None) -> int:
     """A table's newest version: the Delta version, or for a file sink the newest committed batch id."""
     path = paths.table_path(table.id, root)
     return latest_batch(path) if table.sink.is_file else delta_version(path)
 
 
-def _log_files(folder: Path) -> list[Path]:
-    if not folder.is_dir():
+def _log_files(folder: LakePath) -> list[LakePath]:
+    if not isinstance(folder, S3Path) and not folder.is_dir():  # a listing of a missing prefix is empty
         return []
-    entries = [p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0].isdigit()]
+    entries = [p for p in folder.iterdir() if p.name.split(".")[0].isdigit() and p.is_file()]
     return sorted(entries, key=_batch_id)
 
 
-def _batch_id(entry: Path) -> int:
+def _batch_id(entry: LakePath) -> int:
     return int(entry.name.split(".")[0])

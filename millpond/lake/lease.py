@@ -300,9 +300,22 @@ def pipeline_lease(
     lake: str, pipeline: str, run_id: str, wait_seconds: float = 0.0, ttl_seconds: float | None = None
 ) -> Iterator[PipelineLease]:
     """The object-store counterpart of lock.pipeline_lock: held (and renewed) for the block, released after it."""
+    global _held
     lease = PipelineLease(S3Location.parse(lake), pipeline, run_id, ttl_seconds)
     lease.acquire(wait_seconds)
+    _held = lease
     try:
         yield lease
     finally:
+        _held = None
         lease.release()
+
+
+_held: PipelineLease | None = None  # the lease this process's run holds, for fence()
+
+
+def fence() -> int | None:
+    """Before a commit to the lake: `check()` the lease this process's run holds (LeaseLost if it was taken over),
+    returning its generation; None where there is none to check (a local lake, whose `flock` cannot be lost)."""
+    lease = _held
+    return lease.check() if lease is not None else None

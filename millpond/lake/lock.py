@@ -51,7 +51,7 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iter
         with pipeline_lease(lake, pipeline, run_id, wait_seconds) as lease:
             yield lease
         return
-    path = paths.lock_path(pipeline)
+    path = paths.on_disk(paths.lock_path(pipeline), "a flock")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+")  # noqa: SIM115 - held for the whole run

@@ -12,10 +12,13 @@ default that S3-compatible servers such as s3proxy reject with NotImplemented.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
+import io
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
@@ -189,3 +192,221 @@ def landed_objects(location: S3Location, access: S3Access | None = None) -> list
             continue
         found.append((relative, int(info.size or 0), int(info.mtime_ns or 0)))
     return sorted(found)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_filesystem(access: S3Access) -> S3FileSystem:
+    return arrow_filesystem(access)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_client(access: S3Access) -> Any:
+    return client(access)
+
+
+@dataclass(frozen=True)
+class ObjectStat:
+    """What the lake modules read of `os.stat_result`, for an object."""
+
+    st_size: int
+    st_mtime_ns: int
+
+    @property
+    def st_mtime(self) -> float:
+        return self.st_mtime_ns / 1e9
+
+
+class S3Path:
+    """A lake location on object storage with the few `pathlib.Path` operations the lake modules use, so they read
+    and write a local lake and an `s3a://` lake with the same code.
+
+    A "folder" is a key prefix: it exists when some object lies under it; `mkdir` does nothing. `write_text` is one
+    PUT, which S3 makes visible whole or not at all, so it is already atomic; `replace` is a copy then a delete (the
+    target appears whole). `str()` is the `s3a://` URL Spark reads. Every call goes to the store (pyarrow's S3
+    filesystem, one per process and access), with the standard `AWS_*` variables.
+    """
+
+    __slots__ = ("location", "_listed")
+
+    def __init__(self, location: S3Location | str, listed: Any = None) -> None:
+        self.location = location if isinstance(location, S3Location) else S3Location.parse(location)
+        self._listed = listed  # the FileInfo a listing gave: what it is, its size and time, with no request more
+
+    # --- names, as PurePath
+    def __truediv__(self, part: str | os.PathLike[str]) -> S3Path:
+        return S3Path(self.location.child(*str(part).split("/")))
+
+    def joinpath(self, *parts: str) -> S3Path:
+        return S3Path(self.location.child(*parts))
+
+    def __str__(self) -> str:
+        return self.location.url
+
+    def __repr__(self) -> str:
+        return f"S3Path({self.location.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, S3Path) and other.location == self.location
+
+    def __hash__(self) -> int:
+        return hash(self.location)
+
+    def __lt__(self, other: S3Path) -> bool:
+        return self.location.url < other.location.url
+
+    @property
+    def name(self) -> str:
+        return self.location.key.rsplit("/", 1)[-1]
+
+    @property
+    def suffix(self) -> str:
+        name = self.name
+        return name[name.rfind(".") :] if "." in name.lstrip(".") else ""
+
+    @property
+    def stem(self) -> str:
+        return self.name[: len(self.name) - len(self.suffix)] if self.suffix else self.name
+
+    @property
+    def parent(self) -> S3Path:
+        return S3Path(S3Location(self.location.bucket, self.location.key.rpartition("/")[0]))
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return (self.location.bucket, *filter(None, self.location.key.split("/")))
+
+    @property
+    def url(self) -> str:
+        return self.location.url
+
+    def with_name(self, name: str) -> S3Path:
+        return self.parent / name
+
+    def with_suffix(self, suffix: str) -> S3Path:
+        return self.with_name(self.stem + suffix)
+
+    def relative_to(self, other: S3Path) -> str:
+        prefix = other.location.key + "/" if other.location.key else ""
+        if other.location.bucket != self.location.bucket or not self.location.key.startswith(prefix):
+            raise ValueError(f"{self} is not under {other}")
+        return self.location.key[len(prefix) :]
+
+    def resolve(self) -> S3Path:
+        return self
+
+    def is_absolute(self) -> bool:
+        return True
+
+    # --- the store
+    @property
+    def _fs(self) -> S3FileSystem:  # listings
+        return _cached_filesystem(S3Access.from_environment())
+
+    @property
+    def _s3(self) -> Any:  # reads and writes: single requests, checksums only when required (pyarrow's uploads
+        return _cached_client(S3Access.from_environment())  # are multipart, which s3proxy refuses)
+
+    def _info(self) -> Any:
+        return self._listed or self._fs.get_file_info(self.location.arrow_path)
+
+    def exists(self) -> bool:
+        from pyarrow.fs import FileType
+
+        return bool(self._info().type != FileType.NotFound)
+
+    def is_file(self) -> bool:
+        from pyarrow.fs import FileType
+
+        return bool(self._info().type == FileType.File)
+
+    def is_dir(self) -> bool:
+        from pyarrow.fs import FileType
+
+        return bool(self._info().type == FileType.Directory)
+
+    def stat(self) -> ObjectStat:
+        from pyarrow.fs import FileType
+
+        info = self._info()
+        if info.type == FileType.NotFound:
+            raise FileNotFoundError(str(self))
+        return ObjectStat(int(info.size or 0), int(info.mtime_ns or 0))
+
+    def iterdir(self) -> Iterator[S3Path]:
+        """The objects and prefixes one level down (nothing if there are none, as the store cannot tell)."""
+        from pyarrow.fs import FileSelector
+
+        base = self.location.arrow_path
+        for info in self._fs.get_file_info(FileSelector(base, allow_not_found=True)):
+            name = info.path[len(base) :].strip("/")
+            if name:
+                yield S3Path(self.location.child(name), info)
+
+    def glob(self, pattern: str) -> Iterator[S3Path]:
+        """One level only (`*.json`, `[0-9]*`): all the lake modules ask of a folder."""
+        return (p for p in self.iterdir() if fnmatch.fnmatchcase(p.name, pattern))
+
+    def rglob(self, pattern: str) -> Iterator[S3Path]:
+        from pyarrow.fs import FileSelector
+
+        base = self.location.arrow_path
+        for info in self._fs.get_file_info(FileSelector(base, allow_not_found=True, recursive=True)):
+            name = info.path[len(base) :].strip("/")
+            if name and fnmatch.fnmatchcase(name.rsplit("/", 1)[-1], pattern):
+                yield S3Path(self.location.child(name), info)
+
+    def read_bytes(self) -> bytes:
+        try:
+            response = self._s3.get_object(Bucket=self.location.bucket, Key=self.location.key)
+        except Exception as error:
+            if _error_code(error) in ("NoSuchKey", "404"):
+                raise FileNotFoundError(str(self)) from None
+            raise
+        return bytes(response["Body"].read())
+
+    def read_text(self, encoding: str | None = "utf-8") -> str:
+        return self.read_bytes().decode(encoding or "utf-8")
+
+    def write_bytes(self, data: bytes) -> int:
+        self._s3.put_object(Bucket=self.location.bucket, Key=self.location.key, Body=data)
+        return len(data)
+
+    def write_text(self, text: str, encoding: str | None = "utf-8") -> int:
+        return self.write_bytes(text.encode(encoding or "utf-8"))
+
+    def open(self, mode: str = "r", encoding: str | None = None, newline: str | None = None) -> IO[Any]:
+        """Reading only (`r`, `rb`): a lake module that writes does it in one `write_text`."""
+        if mode not in ("r", "rb"):
+            raise ValueError(f"S3Path.open({mode!r}): object storage is read whole or written whole")
+        data = self.read_bytes()
+        if mode == "rb":
+            return io.BytesIO(data)
+        return io.StringIO(data.decode(encoding or "utf-8"), newline=newline)
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """Nothing to do: a prefix exists once an object lies under it."""
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        if not missing_ok and not self.exists():
+            raise FileNotFoundError(str(self))
+        self._s3.delete_object(Bucket=self.location.bucket, Key=self.location.key)  # a missing key is no error
+
+    def replace(self, target: S3Path) -> S3Path:
+        source = {"Bucket": self.location.bucket, "Key": self.location.key}
+        self._s3.copy_object(Bucket=target.location.bucket, Key=target.location.key, CopySource=source)
+        self.unlink(missing_ok=True)
+        return target
+
+    def remove_tree(self) -> None:
+        """Every object under this prefix (a missing prefix is fine), directory markers included."""
+        pages = self._s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.location.bucket, Prefix=self.location.key + "/"
+        )
+        for page in pages:
+            for item in page.get("Contents", []):
+                self._s3.delete_object(Bucket=self.location.bucket, Key=item["Key"])
+        self.unlink(missing_ok=True)
+
+
+def _error_code(error: Exception) -> str:
+    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))

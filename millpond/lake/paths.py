@@ -8,52 +8,106 @@ event log                   -> $MILLPOND_LAKE/_system/event_log
 pipeline lock               -> $MILLPOND_LAKE/_system/locks/<pipeline>.lock
 its commit lock (engine)    -> $MILLPOND_LAKE/_system/locks/<pipeline>.commit.lock
 unfinished reprocess        -> $MILLPOND_LAKE/_system/reprocess/<pipeline>.json
+
+The lake is a local (or mounted) folder or an object-store prefix (`MILLPOND_LAKE=s3a://bucket/prefix`): every
+path here is a `LakePath`, a `pathlib.Path` or an `S3Path` with the same few operations, and `str()` of either is
+what Spark reads (`s3a://...` for the store).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
+from typing import TypeAlias
 
 from millpond import settings
+from millpond.lake.object_store import S3Path, is_object_store
+
+LakePath: TypeAlias = Path | S3Path
 
 
-def table_path(table_id: str, root: Path | None = None) -> Path:
+def lake_root() -> LakePath:
+    """The lake: `settings.lake_root()` for a folder, an S3Path for `s3a://` (or `s3://`)."""
+    raw = settings.LAKE.raw()
+    if raw is not None and is_object_store(raw):
+        return S3Path(raw)
+    return settings.lake_root()
+
+
+def as_lake_path(location: str | os.PathLike[str] | S3Path) -> LakePath:
+    """A path or URL as handed around (Spark options are strings): `s3a://...` stays on the store."""
+    if isinstance(location, S3Path):
+        return location
+    return S3Path(str(location)) if is_object_store(location) else Path(location)
+
+
+def write_atomically(path: LakePath, text: str) -> None:
+    """Readers see the old text or the new, never a part: a rename on disk, one PUT on the store."""
+    if isinstance(path, S3Path):
+        path.write_text(text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def on_disk(path: LakePath, what: str = "this") -> Path:
+    """`path` for what only a local (or mounted) lake offers; on object storage, an error naming the fix."""
+    if isinstance(path, S3Path):
+        raise settings.SettingError(
+            f"{path}: {what} needs the lake on a local or shared folder, and MILLPOND_LAKE is on object storage "
+            "(docs/object-storage.md lists what works there). Fix: point MILLPOND_LAKE at a folder for this"
+        )
+    return path
+
+
+def remove_tree(path: LakePath) -> None:
+    """A folder and everything under it, if it is there."""
+    if isinstance(path, S3Path):
+        path.remove_tree()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def table_path(table_id: str, root: LakePath | None = None) -> LakePath:
     layer, name = table_id.split(".")
-    return (root or settings.lake_root()) / layer / name
+    return (root or lake_root()) / layer / name
 
 
-def quarantine_path(table_id: str, root: Path | None = None) -> Path:
+def quarantine_path(table_id: str, root: LakePath | None = None) -> LakePath:
     layer, name = table_id.split(".")
-    return (root or settings.lake_root()) / layer / f"{name}_quarantine"
+    return (root or lake_root()) / layer / f"{name}_quarantine"
 
 
-def checkpoint_path(pipeline: str, table_id: str, root: Path | None = None) -> Path:
-    return (root or settings.lake_root()) / "_checkpoints" / pipeline / table_id
+def checkpoint_path(pipeline: str, table_id: str, root: LakePath | None = None) -> LakePath:
+    return (root or lake_root()) / "_checkpoints" / pipeline / table_id
 
 
-def landing_path(relative: str, root: Path | None = None) -> Path:
-    return (root or settings.lake_root()) / relative
+def landing_path(relative: str, root: LakePath | None = None) -> LakePath:
+    return (root or lake_root()) / relative
 
 
 def query_name(pipeline: str, table_id: str) -> str:
     return f"{pipeline}.{table_id}"
 
 
-def system_path(name: str, root: Path | None = None) -> Path:
-    return (root or settings.lake_root()) / "_system" / name
+def system_path(name: str, root: LakePath | None = None) -> LakePath:
+    return (root or lake_root()) / "_system" / name
 
 
-def event_log_path(root: Path | None = None) -> Path:
+def event_log_path(root: LakePath | None = None) -> LakePath:
     return system_path("event_log", root)
 
 
-def query_progress_path(root: Path | None = None) -> Path:
+def query_progress_path(root: LakePath | None = None) -> LakePath:
     return system_path("query_progress", root)
 
 
-def lock_path(pipeline: str, root: Path | None = None) -> Path:
+def lock_path(pipeline: str, root: LakePath | None = None) -> LakePath:
     return system_path("locks", root) / f"{pipeline}.lock"
 
 
-def commit_lock_path(pipeline: str, root: Path | None = None) -> Path:
-    return system_path("locks", root) / f"{pipeline}.commit.lock"
+def commit_lock_path(pipeline: str, root: LakePath | None = None) -> Path:
+    return on_disk(system_path("locks", root) / f"{pipeline}.commit.lock", "a flock")

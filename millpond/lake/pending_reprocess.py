@@ -11,12 +11,11 @@ crash, a gate stop or an Airflow task that never ran leaves the tables convergin
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from millpond.lake import paths
 
 
-def marker_path(pipeline: str) -> Path:
+def marker_path(pipeline: str) -> paths.LakePath:
     return paths.system_path("reprocess") / f"{pipeline}.json"
 
 
@@ -57,7 +56,4 @@ def _write(pipeline: str, entries: list[dict]) -> None:
     if not entries:
         path.unlink(missing_ok=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"pending": entries}, indent=2) + "\n")
-    tmp.replace(path)
+    paths.write_atomically(path, json.dumps({"pending": entries}, indent=2) + "\n")

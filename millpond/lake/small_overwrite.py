@@ -18,9 +18,10 @@ MILLPOND_DELTA_RS_COMMITS=off sends every overwrite through Spark.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from millpond.lake import lease
+from millpond.lake.paths import LakePath
 from millpond.lake.system_tables import checkpoint_as_spark_does, driver_writable, open_table
 
 if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is written, not at import
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is w
 SMALL_ROWS = 100_000  # the most rows of a batch collected to the driver as Arrow: a few MB for an aggregate
 
 
-def table_to_overwrite(path: Path, spark_schema: dict[str, Any]) -> DeltaTable | None:
+def table_to_overwrite(path: LakePath | str, spark_schema: dict[str, Any]) -> DeltaTable | None:
     """The table's delta-rs handle if this batch (Spark schema as `StructType.jsonValue()`) can take this path."""
     table = open_table(path)
     if table is None or not driver_writable(table):
@@ -61,6 +62,7 @@ def overwrite(table: DeltaTable, data: pa.Table, app_id: str, batch_id: int) -> 
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
 
     rows = pa.table(data).cast(pa.schema(table.schema().to_arrow()))  # e.g. Spark's large_string -> string
+    lease.fence()
     write_deltalake(
         table,
         rows,

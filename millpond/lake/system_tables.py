@@ -8,8 +8,11 @@ for bookkeeping. Blind appends never conflict in Delta, so several pipelines (an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from millpond.lake import lease
+from millpond.lake.object_store import S3Path, delta_rs_options
+from millpond.lake.paths import LakePath, as_lake_path
 
 if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is written, not at import
     import pyarrow as pa
@@ -25,8 +28,16 @@ EXACT_PROPERTIES = frozenset(
 )
 
 
+def delta_rs_location(path: LakePath | str) -> tuple[str, dict[str, str] | None]:
+    """What delta-rs opens: the folder, or for an object-store lake its `s3://` URL and storage options."""
+    path = as_lake_path(path)
+    if isinstance(path, S3Path):
+        return f"s3://{path.location.arrow_path}", delta_rs_options()
+    return str(path), None
+
+
 def append(
-    path: Path,
+    path: LakePath | str,
     columns: Sequence[tuple[str, str]],
     rows: list[dict[str, Any]],
     app_id: str | None = None,
@@ -43,14 +54,17 @@ def append(
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else None
+    uri, options = delta_rs_location(path)
+    lease.fence()
     write_deltalake(
-        table if table is not None else str(path),
+        table if table is not None else uri,
         pa.Table.from_pylist(rows, schema=arrow_schema(columns)),
         mode="append",
         schema_mode="merge",  # merge: a column added in a later millpond version
         commit_properties=CommitProperties(app_transactions=transactions, custom_metadata={"isBlindAppend": True}),
+        storage_options=options if table is None else None,
     )
-    table = DeltaTable(str(path))
+    table = DeltaTable(uri, storage_options=options)
     checkpoint_as_spark_does(table)
     return table.version()
 
@@ -64,15 +78,16 @@ def checkpoint_as_spark_does(table: DeltaTable) -> None:
         table.cleanup_metadata()
 
 
-def open_table(path: Path) -> DeltaTable | None:
+def open_table(path: LakePath | str) -> DeltaTable | None:
     """The table's delta-rs handle, or None if there is no table at `path`."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    if not (Path(path) / "_delta_log").is_dir():
+    if not (as_lake_path(path) / "_delta_log").is_dir():
         return None
+    uri, options = delta_rs_location(path)
     try:
-        return DeltaTable(str(path))
+        return DeltaTable(uri, storage_options=options)
     except TableNotFoundError:
         return None
 

@@ -24,46 +24,53 @@ from urllib.parse import quote
 
 from millpond import settings
 from millpond.lake import paths
+from millpond.lake.object_store import S3Path
+from millpond.lake.paths import LakePath
 from millpond.runs.run_record import is_cli_run_id
 
 
-def reports_dir(root: Path | None = None) -> Path:
-    return (root or settings.lake_root()) / "_reports"
+def reports_dir(root: LakePath | None = None) -> LakePath:
+    return (root or paths.lake_root()) / "_reports"
 
 
-def docs_dir(root: Path | None = None) -> Path:
+def docs_dir(root: LakePath | None = None) -> LakePath:
     return reports_dir(root) / "datadocs"
 
 
-def history_path(root: Path | None = None) -> Path:
+def history_path(root: LakePath | None = None) -> LakePath:
     return reports_dir(root) / "history.jsonl"
 
 
-def index_path(root: Path | None = None) -> Path:
+def index_path(root: LakePath | None = None) -> LakePath:
     return reports_dir(root) / "index.html"
 
 
-def validation_results_path(root: Path | None = None) -> Path:
+def validation_results_path(root: LakePath | None = None) -> LakePath:
     return paths.system_path("validation_results", root)
 
 
-def record(entry: dict[str, Any]) -> Path:
+def record(entry: dict[str, Any]) -> LakePath:
     """Append one validated batch to the history and rebuild the index page; returns the index path."""
     target = history_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "a", encoding="utf-8") as handle:  # one short O_APPEND write per line
-        handle.write(json.dumps(entry, default=str) + "\n")
+    line = json.dumps(entry, default=str) + "\n"
+    if isinstance(target, S3Path):  # no append on object storage: the pipeline's lease makes this run the writer
+        previous = target.read_text(encoding="utf-8") if target.exists() else ""
+        target.write_text(previous + line, encoding="utf-8")
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "a", encoding="utf-8") as handle:  # one short O_APPEND write per line
+            handle.write(line)
     return write_index()
 
 
-def history(root: Path | None = None) -> list[dict[str, Any]]:
+def history(root: LakePath | None = None) -> list[dict[str, Any]]:
     target = history_path(root)
     if not target.exists():
         return []
     return [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def write_index(root: Path | None = None) -> Path:
+def write_index(root: LakePath | None = None) -> LakePath:
     entries = history(root)
     by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for entry in entries:
@@ -72,10 +79,7 @@ def write_index(root: Path | None = None) -> Path:
     body = "\n".join(sections) or "<p>No gate has run yet.</p>"
     page = _PAGE.format(body=body, count=len(entries))
     target = index_path(root)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, target)
+    paths.write_atomically(target, page)
     return target
 
 
@@ -210,10 +214,10 @@ def _trend(runs: list[dict[str, Any]]) -> str:
 def _relative_link(report_path: str | None) -> str | None:
     if not report_path:
         return None
-    try:
-        return Path(report_path).relative_to(reports_dir()).as_posix()
-    except ValueError:
-        return Path(report_path).as_uri()
+    base = str(reports_dir()) + "/"
+    if report_path.startswith(base):
+        return report_path[len(base) :]
+    return Path(report_path).as_uri()
 
 
 _PAGE = """<!doctype html>
@@ -343,6 +347,14 @@ def localize_data_docs(docs: Path, pages: list[Path]) -> None:
     for page in pages:
         if page.is_file():
             localize_page(page, docs)
+
+
+def upload_docs(staging: Path, docs: S3Path, since: float) -> None:
+    """The Data Docs files built (or localized) in the local staging folder since `since`, to the lake's
+    `_reports/datadocs` on object storage: GX builds its sites on a local filesystem."""
+    for file in staging.rglob("*"):
+        if file.is_file() and file.stat().st_mtime >= since:
+            (docs / file.relative_to(staging).as_posix()).write_bytes(file.read_bytes())
 
 
 def external_loads(page: Path) -> list[str]:

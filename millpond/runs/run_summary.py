@@ -7,12 +7,11 @@ tables into it, so the summary task and `millpond status` see the whole run.
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from millpond.lake import paths
+from millpond.lake.paths import LakePath
 
 REPROCESS_DAG_SUFFIX = "__reprocess"  # a pipeline's second DAG (millpond.airflow.factory): `<pipeline>__reprocess`
 
@@ -29,18 +28,19 @@ def dag_run_key(dag_id: str, run_id: str) -> tuple[str, str]:
     return dag_id, run_id
 
 
-def summary_path(pipeline: str, run_id: str, root: Path | None = None) -> Path:
+def summary_path(pipeline: str, run_id: str, root: LakePath | None = None) -> LakePath:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
     return paths.system_path("runs", root) / pipeline / f"{safe}.json"
 
 
-def load(pipeline: str, run_id: str, root: Path | None = None) -> dict[str, Any] | None:
+def load(pipeline: str, run_id: str, root: LakePath | None = None) -> dict[str, Any] | None:
     path = summary_path(pipeline, run_id, root)
     return json.loads(path.read_text()) if path.exists() else None
 
 
 def latest(pipeline: str) -> dict[str, Any] | None:
-    runs = sorted((paths.system_path("runs") / pipeline).glob("*.json"), key=lambda p: p.stat().st_mtime)
+    found: list[LakePath] = list((paths.system_path("runs") / pipeline).glob("*.json"))
+    runs = sorted(found, key=lambda p: p.stat().st_mtime)
     return json.loads(runs[-1].read_text()) if runs else None
 
 
@@ -65,16 +65,13 @@ def merge(
     trigger: str,
     tables: list[dict[str, Any]],
     data_interval: dict[str, str] | str = NO_INTERVAL,
-) -> Path:
+) -> LakePath:
     """Add or replace this application's tables in the run's summary (written atomically)."""
     target = summary_path(pipeline, run_id)
-    target.parent.mkdir(parents=True, exist_ok=True)
     body = load(pipeline, run_id) or {"pipeline": pipeline, "run_id": run_id, "trigger": trigger, "tables": []}
     body["data_interval"] = data_interval
     fresh = {t["table"] for t in tables}
     body["tables"] = [t for t in body["tables"] if t["table"] not in fresh] + tables
     body["updated_at"] = datetime.now(UTC).isoformat()
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=2, default=str))
-    os.replace(tmp, target)
+    paths.write_atomically(target, json.dumps(body, indent=2, default=str))
     return target

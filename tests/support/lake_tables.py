@@ -77,3 +77,54 @@ def data_commits_without_txn(lake: Path) -> list[str]:
             if any(change.get("dataChange", True) for change in changes) and not any("txn" in a for a in actions):
                 missing.append(str(commit.relative_to(lake)))
     return missing
+
+
+# ------------------------------------------------------------------------- without Spark: delta-rs, any lake
+
+
+def read_rs(table_id: str):
+    """A table as Arrow through delta-rs (a local or an s3a:// lake): for checks from a process with no JVM."""
+    from deltalake import DeltaTable
+
+    from millpond.lake.system_tables import delta_rs_location
+
+    uri, options = delta_rs_location(paths.table_path(table_id))
+    return DeltaTable(uri, storage_options=options).to_pyarrow_table()
+
+
+def _iso(moment) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def snapshot_rs() -> dict:
+    """The activity tables in the reference's shape, read by delta-rs."""
+    silver = read_rs("silver.activity").select(["Device", "Index", "Recorded_At"]).to_pylist()
+    hourly = read_rs("gold.activity_hourly").to_pylist()
+    return {
+        "silver": sorted((r["Device"], r["Index"], _iso(r["Recorded_At"])) for r in silver),
+        "device_counts": {r["Device"]: r["total_recordings"] for r in read_rs("gold.device_counts").to_pylist()},
+        "hourly": {
+            (_iso(r["hour"]), r["gt"]): {k: r[k] for k in ("recordings", "avg_x", "avg_y", "avg_z")} for r in hourly
+        },
+    }
+
+
+def assert_matches_reference_rs(reference) -> None:
+    """assert_matches_reference, read by delta-rs: counts, every key, every gold value."""
+    from millpond.lake.delta_log import latest_version
+
+    bronze = read_rs("bronze.activity").num_rows
+    assert bronze == len(reference.bronze)
+    has_quarantine = latest_version(paths.quarantine_path("bronze.activity")) >= 0
+    quarantined = read_rs("bronze.activity_quarantine").num_rows if has_quarantine else 0
+    assert quarantined == reference.quarantined
+    assert bronze + quarantined == reference.lines
+    actual = snapshot_rs()
+    assert len(actual["silver"]) == len(set(actual["silver"])), "duplicate keys in silver"
+    assert actual["silver"] == sorted(reference.silver)
+    assert actual["device_counts"] == reference.device_counts
+    assert set(actual["hourly"]) == set(reference.hourly)
+    for key, expected in reference.hourly.items():
+        assert actual["hourly"][key]["recordings"] == expected["recordings"], key
+        for column in ("avg_x", "avg_y", "avg_z"):
+            assert abs(actual["hourly"][key][column] - expected[column]) < 1e-9, (key, column)

@@ -8,7 +8,6 @@ the table's log (millpond.lake.delta_log.committed_batch_in), never assumed.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
@@ -58,7 +57,7 @@ class DeltaSink(BatchSink):
         """
         table = None
         if mode == "overwrite" and DELTA_RS_COMMITS.enabled():
-            table = small_overwrite.table_to_overwrite(Path(path), df.schema.jsonValue())
+            table = small_overwrite.table_to_overwrite(path, df.schema.jsonValue())
         if table is None:
             return self.spark_write(df, path, mode, batch_id)
         return self.delta_rs_overwrite(table, df, path, batch_id)
@@ -82,7 +81,7 @@ class DeltaSink(BatchSink):
     def spark_write(self, df: DataFrame, path: str, mode: str, batch_id: int) -> bool:
         """delta-spark's write with `txnAppId`/`txnVersion`; whether it committed is read from the commits it may
         have made: one carrying this app's batch (another writer's commit, an OPTIMIZE say, can land meanwhile)."""
-        before = delta_version(Path(path))
+        before = delta_version(path)
         check_writer()
         (
             df.write.format("delta")
@@ -92,7 +91,7 @@ class DeltaSink(BatchSink):
             .option("txnVersion", batch_id)
             .save(path)
         )
-        return committed_batch_in(Path(path), before, self.app_id, batch_id)
+        return committed_batch_in(path, before, self.app_id, batch_id)
 
 
 class AppendSink(DeltaSink):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
@@ -146,7 +145,7 @@ class LandingSink(DeltaSink):
         write exactly as Spark does. A cold Spark Delta write of the few rows cost 2.6 to 3.6 s of B3's 200-file
         batch. The commit carries Delta's `txn` action for the app and batch, as Spark's does, and a batch id the
         app already committed is skipped by Delta's rule, read from the table's transaction state."""
-        path = Path(self.quarantine)
+        path = self.quarantine
         table = system_tables.open_table(path) if DELTA_RS_COMMITS.enabled() else None
         if table is None or not system_tables.driver_writable(table):
             return False
@@ -209,7 +208,7 @@ class LandingSink(DeltaSink):
             return good
         source = self.pipeline.sources[self.table.source]
         existing = []
-        if delta_version(Path(self.path)) >= 0:
+        if delta_version(self.path) >= 0:
             existing = self.spark.read.format("delta").load(self.path).columns
         try:
             return sources.apply_schema_drift(good, source, str(self.pipeline.spec_path), existing)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 from pyspark.sql import DataFrame
 
@@ -30,7 +29,7 @@ class MergeSink(DeltaSink):
         batch = batch.localCheckpoint(eager=True)
         if batch.count() == 0:  # a no-data batch that only advanced the watermark: nothing changed
             return
-        if delta_version(Path(self.path)) < 0:
+        if delta_version(self.path) < 0:
             self.write(batch, self.path, "append", batch_id)
         else:
             self.merge(batch, batch_id)

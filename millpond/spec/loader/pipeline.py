@@ -38,7 +38,14 @@ def load_pipeline(name_or_path: str | Path, lake_root: Path | None = None) -> Pi
         raw = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
-    return PipelineLoader(path, lake_root or settings.lake_root()).pipeline(raw)
+    return PipelineLoader(path, lake_root or _lake_root_to_check()).pipeline(raw)
+
+
+def _lake_root_to_check() -> Path:
+    """The root the spec's lake paths are checked against: an object-store lake `s3a://bucket/prefix` as the
+    folder `/bucket/prefix` (the checks only compare names)."""
+    url = settings.lake_url()
+    return Path("/", url.split("://", 1)[1]) if url else settings.lake_root()
 
 
 def validate_all(lake_root: Path | None = None) -> tuple[list[Pipeline], list[str]]:

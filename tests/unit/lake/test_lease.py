@@ -29,3 +29,12 @@ def test_a_lease_is_free_once_released_or_older_than_its_time_by_the_stores_cloc
     assert not Observed(record(ttl=60), '"e"', 59.0).free()
     assert Observed(record(ttl=60), '"e"', 60.0).free()
     assert Observed(record(RELEASED, ttl=60), '"e"', 0.0).free()
+
+
+def test_the_commit_fence_checks_nothing_on_a_local_lake(monkeypatch, tmp_path):
+    from millpond.lake import lease
+    from millpond.lake.lock import pipeline_lock
+
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    with pipeline_lock("activity", "run-1") as held:
+        assert held is None and lease.fence() is None  # the flock cannot be lost: no request, no error

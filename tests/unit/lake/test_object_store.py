@@ -100,14 +100,25 @@ def test_delta_rs_gets_the_endpoint_and_plain_http_only_when_asked():
 
 
 @pytest.mark.parametrize("lake", ["s3a://bucket/lake", "S3://bucket/lake"])
-def test_path_based_code_refuses_an_object_store_lake_instead_of_making_a_local_folder(lake, monkeypatch, tmp_path):
+def test_an_object_store_lake_gives_s3a_paths_and_never_a_local_folder(lake, monkeypatch, tmp_path):
     from millpond import settings
     from millpond.lake import paths
+    from millpond.lake.object_store import S3Path
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MILLPOND_LAKE", lake)
-    with pytest.raises(settings.SettingError, match="Fix: point MILLPOND_LAKE at a local or shared folder for now"):
-        paths.table_path("bronze.activity")
+    table = paths.table_path("bronze.activity")
+    assert isinstance(table, S3Path) and str(table) == "s3a://bucket/lake/bronze/activity"
+    assert str(paths.checkpoint_path("activity", "silver.activity")) == (
+        "s3a://bucket/lake/_checkpoints/activity/silver.activity"
+    )
+    assert table.name == "activity" and str(table.parent) == "s3a://bucket/lake/bronze"
+    assert paths.as_lake_path(str(table)) == table
+    # What still needs a folder (a flock, the sample generator, the engine's files) says so instead.
+    with pytest.raises(settings.SettingError, match="Fix: point MILLPOND_LAKE at a folder"):
+        paths.on_disk(paths.lock_path("activity"), "a flock")
+    with pytest.raises(settings.SettingError, match="Fix: point MILLPOND_LAKE at a local or shared folder"):
+        settings.lake_root()
     assert list(tmp_path.iterdir()) == []
     monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
     assert paths.table_path("bronze.activity") == tmp_path / "lake" / "bronze" / "activity"

@@ -1,0 +1,154 @@
+"""The activity pipeline with `MILLPOND_LAKE=s3a://...` against a real S3 server, through real `millpond run`
+processes: rounds of files landed with the object-store client, SIGKILLs mid-run, reruns, the plain-Python
+reference, the gate, `millpond status`, and a run whose lease is taken over.
+
+Tables are read back by delta-rs (tests/support/lake_tables.py): the runs are the only JVMs.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from millpond.dev.sample_data import activity_files, land_file
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
+from millpond.runs import run_summary
+from tests.support.lake_tables import assert_matches_reference_rs, snapshot_rs
+from tests.support.reference import activity_reference
+from tests.support.stress import MILLPOND, assert_nothing_left, start_run
+
+pytestmark = pytest.mark.integration
+
+TABLES = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
+LEASE_SECONDS = "8"  # a SIGKILLed run's lease lapses this soon; the next run waits for it (--wait)
+
+
+@pytest.fixture
+def s3_lake(s3_bucket, monkeypatch):
+    url = f"s3a://{s3_bucket.name}/lake"
+    monkeypatch.setenv("MILLPOND_LAKE", url)
+    monkeypatch.setenv("MILLPOND_LEASE_SECONDS", LEASE_SECONDS)
+    return s3_bucket
+
+
+def land(bucket, local: Path, files: int, seed: int, **bad) -> None:
+    """Files made in a local folder (the reference reads it), put into the bucket's landing prefix by boto3."""
+    before = set(local.glob("*.json"))
+    activity_files(local, files, 300, duplicates=0.05, malformed=0.02, seed=seed, **bad)
+    put_new(bucket, local, before)
+
+
+def put_new(bucket, local: Path, before: set[Path]) -> None:
+    s3 = bucket.client()
+    for path in sorted(set(local.glob("*.json")) - before):
+        s3.put_object(Bucket=bucket.name, Key=f"lake/landing/activity/{path.name}", Body=path.read_bytes())
+
+
+def run(lake: str, fault: str | None = None, *args: str) -> tuple[int, str]:
+    proc = start_run(lake, fault, ("--wait", "60", *args))  # type: ignore[arg-type]
+    out, _ = proc.communicate(timeout=900)
+    if fault:
+        assert proc.returncode == -signal.SIGKILL, (
+            f"expected a SIGKILL at {fault}, got {proc.returncode}:\n{out[-3000:]}"
+        )
+        assert_nothing_left(proc)
+    return proc.returncode, out
+
+
+def versions() -> dict[str, int]:
+    return {t: latest_version(paths.table_path(t)) for t in TABLES}
+
+
+def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_gold(s3_lake, tmp_path):
+    lake, local = str(paths.lake_root()), tmp_path / "landing"
+    local.mkdir()
+
+    land(s3_lake, local, 2, seed=1)
+    run(lake, "bronze.activity:after_write")  # bronze committed, Spark's commit log not yet: the replay is skipped
+    land(s3_lake, local, 1, seed=2)
+    run(lake, "silver.activity:before_write")
+    land(s3_lake, local, 1, seed=3)
+    code, out = run(lake)
+    assert code == 0, out[-3000:]
+    assert_matches_reference_rs(activity_reference(local))  # each round's rows once: counts and every key
+
+    code, out = run(lake)  # nothing new: decided from S3 listings, no JVM
+    assert code == 0 and "no table has anything new: no Spark application started" in out, out[-3000:]
+    assert_matches_reference_rs(activity_reference(local))
+    runs = run_summary.latest("activity")
+    assert runs is not None and {t["table"] for t in runs["tables"]} == set(TABLES)
+
+    status = subprocess.run([MILLPOND, "status", "activity"], capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    for table in TABLES:
+        assert f"{paths.table_path(table)} " in status.stdout
+    assert f"{len(activity_reference(local).bronze)}" in status.stdout
+
+    # A blocking expectation fails: bronze ingests, silver and gold stay as they were, the report is in the bucket.
+    before, tables = versions(), snapshot_rs()
+    before_files = set(local.glob("*.json"))
+    land_file(local, "flying.json", [json.dumps(fly(i)) for i in range(3)])
+    put_new(s3_lake, local, before_files)
+    code, out = run(lake, None, "--run-id", "fly-1")
+    assert code == 4, out[-3000:]
+    assert "data-quality gate FAILED for silver.activity" in out
+    after = versions()
+    assert after["bronze.activity"] == before["bronze.activity"] + 1
+    assert {t: after[t] for t in TABLES[1:]} == {t: before[t] for t in TABLES[1:]} and snapshot_rs() == tables
+    summary = run_summary.load("activity", "fly-1")
+    assert summary is not None
+    gate = {t["table"]: t for t in summary["tables"]}["silver.activity"]["gate"]
+    assert gate["report_path"].startswith(f"{lake}/_reports/datadocs/")
+    assert paths.as_lake_path(gate["report_path"]).is_file() and paths.as_lake_path(gate["index_path"]).is_file()
+    assert {t["table"]: t["outcome"] for t in summary["tables"]}["gold.device_counts"] == "skipped"
+
+
+def fly(index: int) -> dict:
+    return {
+        "Recorded_At": f"2026-11-01T00:{index:02d}:00.000Z",
+        "Device": "s3_7",
+        "Index": 7000 + index,
+        "Model": "nexus4",
+        "User": "a",
+        "gt": "fly",
+        "x": 0.5,
+        "y": -0.5,
+        "z": 9.8,
+    }
+
+
+def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(s3_lake, tmp_path):
+    """Another holder takes the lease while the run starts its JVM (as after a pause longer than the lease's
+    time): the run's fencing check before its first commit fails, so no table, event-log row or summary is written."""
+    lake, local = str(paths.lake_root()), tmp_path / "landing"
+    local.mkdir()
+    land(s3_lake, local, 1, seed=5)
+    s3 = s3_lake.client()
+    key = "lake/_system/locks/activity.lease"
+    proc = start_run(lake, None, ("--run-id", "paused"))  # type: ignore[arg-type]
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            held = json.loads(s3.get_object(Bucket=s3_lake.name, Key=key)["Body"].read())
+            if held["state"] == "held" and held["run_id"] == "paused":
+                break
+        except s3.exceptions.NoSuchKey:
+            pass
+        assert time.monotonic() < deadline and proc.poll() is None, "the run never took its lease"
+        time.sleep(0.2)
+    thief = held | {"generation": held["generation"] + 1, "run_id": "other", "pid": 1, "nonce": "x"}
+    s3.put_object(Bucket=s3_lake.name, Key=key, Body=json.dumps(thief).encode())
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 3, out[-3000:]
+    assert "lost its lease" in out and "run other" in out and "This run must not commit" in out
+    assert versions() == dict.fromkeys(TABLES, -1)
+    assert s3_lake.keys("lake/_checkpoints/") == [] and s3_lake.keys("lake/bronze/") == []
+    assert latest_version(paths.event_log_path()) == -1
+    assert run_summary.load("activity", "paused") is None
+    assert json.loads(s3.get_object(Bucket=s3_lake.name, Key=key)["Body"].read())["run_id"] == "other"
