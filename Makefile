@@ -31,7 +31,7 @@ help:
 	@echo "make kafka-up / kafka-down  a local Kafka broker (KAFKA_PORT=9092) with the specs' topics, for device_status"
 	@echo "make s3-up / s3-down  a local S3 server (s3proxy, S3_PORT=9000): prints the AWS_* variables for an s3a:// lake"
 	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (docs/reliability.md)"
-	@echo "make bench SCALE=small|large [ONLY=B3,B6]  side-by-side benchmarks B1-B7 -> bench/results-<scale>.json, .md"
+	@echo "make bench SCALE=small|large [ONLY=B3,B6] [REPEATS=n] side-by-side benchmarks B1-B8 -> bench/results-<scale>.json, .md"
 
 setup: venv jars jvm report-assets
 
@@ -148,8 +148,9 @@ stress: setup
 # Benchmarks (docs/benchmarks.md): ratios measured in one run on this machine; never part of `make test`.
 SCALE ?= small
 ONLY ?=
+REPEATS ?=
 bench: setup airflow-db
-	$(BIN)/python -m bench.run --scale $(SCALE) $(if $(ONLY),--only $(ONLY))
+	$(BIN)/python -m bench.run --scale $(SCALE) $(if $(ONLY),--only $(ONLY)) $(if $(REPEATS),--repeats $(REPEATS))
 
 # The engine (docs/engine.md) starts first and the Airflow tasks run on it through SPARK_REMOTE; ENGINE=off gives
 # each task a JVM of its own (spark-submit) instead.

@@ -35,6 +35,7 @@ class Scale:
     # B3's two sides are single cold JVM runs whose spread (about 8 % either way) is as wide as its margin to the
     # goal: more alternating pairs give a steadier median.
     b3_repeats: int
+    b8_repeats: int  # B8's repeats per mode: each is a first run over the 100x history, an increment, an idle run
 
     @property
     def pool_files(self) -> int:
@@ -43,14 +44,16 @@ class Scale:
 
 SCALES = {
     "tiny": Scale(
-        rows_per_file=200, unit_files=1, history_runs=2, b3_files=4, repeats=1, b3_repeats=1
+        rows_per_file=200, unit_files=1, history_runs=2, b3_files=4, repeats=1, b3_repeats=1, b8_repeats=1
     ),  # harness smoke (make test)
-    "small": Scale(rows_per_file=1000, unit_files=3, history_runs=4, b3_files=30, repeats=3, b3_repeats=3),
+    "small": Scale(
+        rows_per_file=1000, unit_files=3, history_runs=4, b3_files=30, repeats=3, b3_repeats=3, b8_repeats=2
+    ),
     # 11 runs, not 10: Delta writes a checkpoint with every 10th commit of a table, and after 10 runs the measured
     # run was every 100x table's 10th (silver's 20th), so B1 and B2 timed a run writing five checkpoints against a
     # 1x run writing none. A schedule pays that once per 10 runs; B1 now compares two runs that write none.
     "large": Scale(
-        rows_per_file=6000, unit_files=11, history_runs=11, b3_files=200, repeats=3, b3_repeats=5
+        rows_per_file=6000, unit_files=11, history_runs=11, b3_files=200, repeats=3, b3_repeats=5, b8_repeats=2
     ),  # 100x = 1.1 GB
 }
 

@@ -1,7 +1,9 @@
 """B3's baseline: what a Spark engineer writes without millpond. Read the JSON files, write one Delta table.
 
 Same session settings as millpond (millpond.engine.session), the same schema, the same `_source_file` and
-`_ingested_at` columns; no quarantine, no rescue, no exactly-once bookkeeping. Prints one JSON line.
+`_ingested_at` columns, and the same rows: malformed lines are dropped through Spark's corrupt-record column (so the
+table equals bronze and the reference, bench/check.py); no quarantine, no rescue, no exactly-once bookkeeping.
+Prints one JSON line.
 
     python -m bench.jobs.plain_spark <landing folder> <delta path>
 """
@@ -29,10 +31,14 @@ def main(landing: str, target: str) -> int:
 
 
 def read_landed(spark: SparkSession, pipeline: Pipeline, landing: str) -> DataFrame:
-    """The landed JSON with the schema and bronze's two bookkeeping columns, as a Spark engineer would read it."""
+    """The landed JSON's well-formed lines with the schema and bronze's two bookkeeping columns, as a Spark engineer
+    would read them."""
     return (
-        spark.read.schema(pipeline.sources["landing.activity"].schema)
+        spark.read.schema(f"{pipeline.sources['landing.activity'].schema}, _corrupt_record STRING")
+        .option("columnNameOfCorruptRecord", "_corrupt_record")
         .json(landing)
+        .where("_corrupt_record IS NULL")
+        .drop("_corrupt_record")
         .selectExpr("*", "_metadata.file_path AS _source_file", "current_timestamp() AS _ingested_at")
     )
 

@@ -1,0 +1,80 @@
+"""The benchmark harness's bookkeeping, without Spark: goals judged per figure, the table it writes, and the check
+that refuses a side whose tables differ from the reference (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from bench.check import Mismatch, check
+from bench.run import markdown, met
+from millpond.dev.sample_data import activity_files
+from tests.support.reference import activity_reference
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_benchmark_of_several_figures_is_met_only_when_each_goal_is():
+    b8 = {
+        "what": "millpond ÷ SDP",
+        "ratio": 0.2,
+        "goal": {"max": 0.25},
+        "figures": {
+            "increment_cold": {"ratio": 0.4, "goal": {"max": 0.5}},
+            "increment_warm": {"ratio": 0.2, "goal": {"max": 0.25}},
+            "nothing_new_cold": {"ratio": 0.07, "goal": {"max": 0.05}},
+            "first_cold": {"ratio": 1.3},  # reported, no goal
+        },
+    }
+    assert met(b8) is False
+    assert [f.get("met") for f in b8["figures"].values()] == [True, True, False, None]
+    b8["figures"]["nothing_new_cold"]["ratio"] = 0.01
+    assert met(b8) is True
+    assert met({"ratio": 21, "goal": {"min": 20}}) and not met({"ratio": 1.6, "goal": {"max": 1.5}})
+
+
+def test_the_table_lists_each_figure_and_its_goal():
+    results = {
+        "scale": "tiny",
+        "date": "2026-11-26T12:00:00+00:00",
+        "machine": {"cpu": "cpu", "cores": 2, "memory_gib": 8},
+        "versions": {"pyspark": "4.2.0"},
+        "benchmarks": {
+            "B4": {"what": "ours ÷ plain Spark", "ratio": 1.4, "goal": {"max": 1.5}},
+            "B8": {
+                "what": "millpond ÷ SDP",
+                "ratio": 0.2,
+                "goal": {"max": 0.25},
+                "figures": {"increment_warm": {"ratio": 0.2, "goal": {"max": 0.25}}, "first_cold": {"ratio": 1.3}},
+            },
+        },
+    }
+    for b in results["benchmarks"].values():
+        b["met"] = met(b)
+    table = markdown(results)
+    assert "| B4 | ours ÷ plain Spark | 1.4 | ≤ 1.5 | yes |" in table
+    assert "| B8 | millpond ÷ SDP | increment warm 0.2; first cold 1.3 | increment warm ≤ 0.25 | yes |" in table
+
+
+def test_a_side_whose_table_lacks_a_row_or_repeats_one_fails_the_check(tmp_path):
+    landing = tmp_path / "landing"
+    activity_files(landing, 2, 50, duplicates=0.05, malformed=0.02, seed=7)
+    reference = activity_reference(landing)
+    counts = sorted(reference.device_counts.items())
+    good = tmp_path / "good"
+    write_deltalake(str(good), pa.table({"Device": [d for d, _ in counts], "total_recordings": [c for _, c in counts]}))
+    assert check("ok side", landing, {"device_counts": good}) == {"device_counts": len(counts)}
+    short = tmp_path / "short"
+    write_deltalake(
+        str(short), pa.table({"Device": [d for d, _ in counts[1:]], "total_recordings": [c for _, c in counts[1:]]})
+    )
+    with pytest.raises(Mismatch, match="short side: device_counts"):
+        check("short side", landing, {"device_counts": short})
+    keys = sorted(reference.silver)
+    with pytest.raises(Mismatch, match="duplicate keys"):
+        check(
+            "dup side",
+            landing,
+            {"silver": [dict(zip(("Device", "Index", "Recorded_At"), k, strict=True)) for k in [*keys, keys[0]]]},
+        )
