@@ -243,22 +243,38 @@ def test_the_clicks_pipeline_on_the_engine_equals_a_run_in_a_jvm_of_its_own(spar
         assert sides[0] == sides[1] and sides[0], table_id
 
 
+SESSIONS_SEEN = """
+import json, sys
+from millpond.engine.session import connect_session
+first, second = connect_session(sys.argv[1], 7), connect_session(sys.argv[1], 3)
+first.range(3).createOrReplaceTempView("only_in_first")
+first.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+print(json.dumps({
+    "partitions": [first.conf.get("spark.sql.shuffle.partitions"), second.conf.get("spark.sql.shuffle.partitions")],
+    "second_time_zone": second.conf.get("spark.sql.session.timeZone"),
+    "view_in": [first.catalog.tableExists("only_in_first"), second.catalog.tableExists("only_in_first")],
+}), flush=True)
+first.stop()
+second.stop()
+"""
+
+
 def test_each_run_has_a_session_of_its_own_and_pipelines_overlap(spark, lake, engine):
     """No conf or temporary view of one session is seen by another; a run of activity and one of clicks started
     together on one engine both finish, each with its own tables right."""
-    from millpond.engine.session import connect_session
-
-    first, second = connect_session(engine["remote"], 7), connect_session(engine["remote"], 3)
-    try:
-        first.range(3).createOrReplaceTempView("only_in_first")
-        first.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
-        assert first.conf.get("spark.sql.shuffle.partitions") == "7"
-        assert second.conf.get("spark.sql.shuffle.partitions") == "3"
-        assert second.conf.get("spark.sql.session.timeZone") != "Asia/Tokyo"
-        assert not second.catalog.tableExists("only_in_first") and first.catalog.tableExists("only_in_first")
-    finally:
-        first.stop()
-        second.stop()
+    seen = subprocess.run(  # its own process: one that opens a Connect session builds every Column for Connect
+        [sys.executable, "-c", SESSIONS_SEEN, engine["remote"]],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert seen.returncode == 0, seen.stderr[-3000:]
+    assert json.loads(seen.stdout.splitlines()[-1]) == {
+        "partitions": ["7", "3"],
+        "second_time_zone": "UTC",
+        "view_in": [True, False],
+    }
 
     landing = lake / "landing" / "activity"
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=41)
