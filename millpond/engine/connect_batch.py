@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from millpond import settings
 from millpond.lake import paths
-from millpond.lake.lock import holder_token
+from millpond.lake.lock import flock_within, holder_token
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -96,20 +96,13 @@ class RunGuard:
         if _commit_lock is not None:
             return
         handle = open(self.commit_lock_path, "a+")  # noqa: SIM115 - held until release()
-        deadline = time.monotonic() + COMMIT_LOCK_WAIT_SECONDS
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                _commit_lock = handle
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    handle.close()
-                    raise WriterGone(
-                        f"run {self.run_id}: the commit lock {self.commit_lock_path} stayed taken for "
-                        f"{COMMIT_LOCK_WAIT_SECONDS:.0f} s: its batch is not committed"
-                    ) from None
-                time.sleep(0.05)
+        if not flock_within(handle, COMMIT_LOCK_WAIT_SECONDS, poll_seconds=0.05):
+            handle.close()
+            raise WriterGone(
+                f"run {self.run_id}: the commit lock {self.commit_lock_path} stayed taken for "
+                f"{COMMIT_LOCK_WAIT_SECONDS:.0f} s: its batch is not committed"
+            )
+        _commit_lock = handle
 
     @staticmethod
     def release() -> None:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from millpond import settings
 from millpond.lake import paths
@@ -60,19 +60,12 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iter
             f"cannot create the pipeline lock {path}: {exc}. Fix: make the lake writable "
             "(and give it free space) for the user running millpond"
         ) from None
-    deadline = time.monotonic() + wait_seconds
     try:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise PipelineBusy(
-                        f"pipeline {pipeline!r} is already running ({holder(path)}); one writer at a time. "
-                        f"Fix: wait for it to finish, or pass --wait SECONDS to queue behind it"
-                    ) from None
-                time.sleep(0.5)
+        if not flock_within(handle, wait_seconds, poll_seconds=0.5):
+            raise PipelineBusy(
+                f"pipeline {pipeline!r} is already running ({holder(path)}); one writer at a time. "
+                f"Fix: wait for it to finish, or pass --wait SECONDS to queue behind it"
+            )
         handle.seek(0)
         handle.truncate()
         handle.write(
@@ -100,19 +93,25 @@ def _wait_for_commits(pipeline: str, wait_seconds: float) -> None:
     """Take and release the commit lock once: a batch of a previous holder still committing on the engine (its run
     died mid-batch) finishes first; every later batch of it finds the token changed and commits nothing."""
     path = paths.commit_lock_path(pipeline)
-    deadline = time.monotonic() + wait_seconds
-    with open(path, "a+") as handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return  # released as the file closes
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise PipelineBusy(
-                        f"pipeline {pipeline!r}: a batch of a previous run is still committing on the engine after "
-                        f"{wait_seconds:.0f} s ({path}). Fix: `millpond engine status`; stop the engine if it hangs"
-                    ) from None
-                time.sleep(0.2)
+    with open(path, "a+") as handle:  # released as the file closes
+        if not flock_within(handle, wait_seconds, poll_seconds=0.2):
+            raise PipelineBusy(
+                f"pipeline {pipeline!r}: a batch of a previous run is still committing on the engine after "
+                f"{wait_seconds:.0f} s ({path}). Fix: `millpond engine status`; stop the engine if it hangs"
+            )
+
+
+def flock_within(handle: IO[str], seconds: float, poll_seconds: float) -> bool:
+    """Take an exclusive `flock` on the open file, trying until `seconds` have passed; False if it stayed taken."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_seconds)
 
 
 def holder_token(pipeline: str) -> str | None:
