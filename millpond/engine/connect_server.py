@@ -35,11 +35,17 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from millpond import settings
 from millpond.lake import paths
 
+if TYPE_CHECKING:
+    from millpond.spec import Pipeline
+
 FINGERPRINT_CONF = "spark.millpond.fingerprint"
+TRANSFORMS_CONF = "spark.millpond.transforms"  # JSON: {"transforms:<package>": hash} of the project at start
+TRANSFORMS = "transforms:"
 AUTH_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # Spark's own: the server reads its token from it
 REMOTE_ENV = "SPARK_REMOTE"  # pyspark's own: where a client session goes
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -94,20 +100,34 @@ def remote() -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ fingerprint
-def code_fingerprint() -> tuple[str, dict[str, str]]:
-    """(one hash, a hash per part) of the code a run executes: a different value means different code."""
+def code_fingerprint(pipeline: Pipeline | None = None) -> tuple[str, dict[str, str]]:
+    """(one hash, a hash per part) of the code a run executes: a different value means different code.
+
+    The one hash covers what every run executes (millpond, the jars, the packages). Each project package a transform
+    or stateful function comes from is a part of its own, `transforms:<package>`, outside the one hash: a run
+    compares only the packages its own pipeline imports (`stale_transforms`), so runs of specs from another folder
+    share an engine, and a changed package refuses only the runs that import it. Without `pipeline`, the packages of
+    every spec in the pipelines folder (what `millpond engine start` records)."""
     import millpond
     from millpond.engine import jars
 
     package = Path(millpond.__file__).resolve().parent
     parts = {
         "millpond": _hash_files(package, sorted([*package.rglob("*.py"), *package.glob("lib/*.jar")])),
-        "transforms": _hash_transforms(),
         "jars": _hash_files(None, [Path(j) for j in jars.spark_jars()]),
         "packages": hashlib.sha256(json.dumps(package_versions(), sort_keys=True).encode()).hexdigest()[:16],
     }
     whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-    return whole, parts
+    return whole, {**parts, **_hash_transforms(pipeline)}
+
+
+def transform_parts(parts: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in parts.items() if name.startswith(TRANSFORMS)}
+
+
+def stale_transforms(engine_parts: dict[str, str], run_parts: dict[str, str]) -> list[str]:
+    """The run's transform packages the engine recorded otherwise, or not at all."""
+    return sorted(name for name, value in transform_parts(run_parts).items() if engine_parts.get(name) != value)
 
 
 def package_versions() -> dict[str, str]:
@@ -128,31 +148,36 @@ def _hash_files(base: Path | None, files: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _hash_transforms() -> str:
-    """The project's packages any pipeline's transforms or stateful functions are imported from."""
+def _hash_transforms(pipeline: Pipeline | None) -> dict[str, str]:
+    """`transforms:<package>` -> hash of each project package the pipeline's (or every spec's) transforms or stateful
+    functions are imported from."""
     from millpond.spec import SpecError, load_pipeline
 
-    project = settings.project_root()
+    if pipeline is not None:
+        pipelines = [pipeline]
+    else:
+        pipelines = []
+        for spec in sorted(settings.pipelines_dir().glob("*.y*ml")):
+            try:
+                pipelines.append(load_pipeline(str(spec)))
+            except (SpecError, OSError):
+                continue  # an invalid spec runs nothing
     tops: set[str] = set()
-    for spec in sorted(settings.pipelines_dir().glob("*.y*ml")):
-        try:
-            pipeline = load_pipeline(str(spec))
-        except (SpecError, OSError):
-            continue  # an invalid spec runs nothing
-        for table in pipeline.tables.values():
+    for each in pipelines:
+        for table in each.tables.values():
             for reference in (
                 table.transform.function if table.transform else None,
                 table.stateful.function if table.stateful else None,
             ):
                 if reference:
                     tops.add(reference.split(":")[0].split(".")[0])
-    files: list[Path] = []
+    project = settings.project_root()
+    hashes = {}
     for top in sorted(tops):
         folder = project / top
-        files += (
-            sorted(folder.rglob("*.py")) if folder.is_dir() else [p for p in [project / f"{top}.py"] if p.is_file()]
-        )
-    return _hash_files(project, files)
+        files = sorted(folder.rglob("*.py")) if folder.is_dir() else [p for p in [project / f"{top}.py"] if p.is_file()]
+        hashes[f"{TRANSFORMS}{top}"] = _hash_files(project, files)
+    return hashes
 
 
 # ------------------------------------------------------------------------------------------------ state file
@@ -207,7 +232,9 @@ def _free_port(host: str) -> int:
         return int(probe.getsockname()[1])
 
 
-def server_command(master: str, host: str, port: int, fingerprint: str) -> list[str]:
+def server_command(
+    master: str, host: str, port: int, fingerprint: str, transforms: dict[str, str] | None = None
+) -> list[str]:
     """spark-submit of the Connect server with millpond's jars and confs (those session.build_spark_session sets)."""
     from millpond.engine import jars
     from millpond.engine.session import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
@@ -224,6 +251,7 @@ def server_command(master: str, host: str, port: int, fingerprint: str) -> list[
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
         FINGERPRINT_CONF: fingerprint,
+        TRANSFORMS_CONF: json.dumps(transforms or {}, sort_keys=True),
         "spark.app.name": "millpond-engine",
     }
     if master.startswith("local"):
@@ -267,7 +295,7 @@ def start(
     fingerprint, parts = code_fingerprint()
     current = read_state(lake)
     if current is not None and alive(current):
-        if current.fingerprint != fingerprint:
+        if current.fingerprint != fingerprint or stale_transforms(current.parts, parts):
             raise EngineError(stale_message(current.fingerprint, fingerprint, current.parts, parts))
         return current, False
     secret = (os.environ.get(AUTH_ENV) or secrets.token_urlsafe(32)) if token else ""
@@ -275,7 +303,7 @@ def start(
     log = log_path(lake)
     engine_dir(lake).mkdir(parents=True, exist_ok=True)
     os.chmod(engine_dir(lake), 0o700)
-    command = server_command(master or settings.SPARK_MASTER.value(), host, port, fingerprint)
+    command = server_command(master or settings.SPARK_MASTER.value(), host, port, fingerprint, transform_parts(parts))
     if foreground:  # spark-submit execs the JVM: this pid becomes the server's
         _write_state(EngineState(os.getpid(), port, host, secret, fingerprint, parts, _now(), "-"), lake)
         os.execve(command[0], command, server_environment(secret))

@@ -248,7 +248,7 @@ def _run_locked(
     try:  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
         on_engine = engine_remote() is not None  # its batches report in the folder of this holding of the lock
         reports = reports_folder(guard_for(pipeline.name, run_id).token) if on_engine else None
-        spark = (reports and engine_session(pipeline.shuffle_partitions, reports)) or build_spark_session(
+        spark = (reports and engine_session(pipeline.shuffle_partitions, reports, pipeline)) or build_spark_session(
             f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master, jit.java_options
         )
     except EngineError as exc:  # the engine runs other code than this run, or does not answer: nothing ran

@@ -4,6 +4,7 @@ small local runs."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
@@ -19,6 +21,9 @@ from pyspark.sql import SparkSession
 from millpond import settings
 from millpond.engine import jars, s3a
 from millpond.engine.driver_jit import executor_java_options
+
+if TYPE_CHECKING:
+    from millpond.spec import Pipeline
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
 BASE_CONF = {
@@ -106,26 +111,33 @@ def engine_remote() -> str | None:
     return remote()
 
 
-def connect_session(remote: str, shuffle_partitions: int = 2) -> SparkSession:
+def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline | None = None) -> SparkSession:
     """A new Spark Connect session on the engine (millpond.engine.connect_server): a session id of its own, so no
     conf, view or tag of another run is seen. Raises EngineError when the engine runs other code than this
-    process (its fingerprint, `spark.millpond.fingerprint`, differs): a run never runs stale code."""
+    process (its fingerprint, `spark.millpond.fingerprint`, differs, or a package `pipeline`'s transforms import
+    differs from the one the engine recorded): a run never runs stale code."""
     from millpond.engine.connect_server import (
         FINGERPRINT_CONF,
+        TRANSFORMS_CONF,
         EngineError,
         code_fingerprint,
         read_state,
         stale_message,
+        stale_transforms,
+        transform_parts,
     )
 
     _reachable_or_refuse(remote)
     spark = SparkSession.builder.remote(remote).create()
     server = spark.conf.get(FINGERPRINT_CONF, None)
-    ours, parts = code_fingerprint()
-    if server != ours:
+    server_transforms = json.loads(spark.conf.get(TRANSFORMS_CONF, None) or "{}")
+    ours, parts = code_fingerprint(pipeline)
+    if pipeline is None:  # a session that runs no transform (reading tables back)
+        parts = {name: value for name, value in parts.items() if name not in transform_parts(parts)}
+    if server != ours or stale_transforms(server_transforms, parts):
         spark.stop()
         state = read_state()
-        raise EngineError(stale_message(server, ours, state.parts if state else {}, parts))
+        raise EngineError(stale_message(server, ours, {**(state.parts if state else {}), **server_transforms}, parts))
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     return spark
 
@@ -148,7 +160,7 @@ def _reachable_or_refuse(remote: str) -> None:
 _engine_release: list[Callable[[], None]] = []  # the open engine session's release, if any
 
 
-def engine_session(shuffle_partitions: int, reports: Path) -> SparkSession | None:
+def engine_session(shuffle_partitions: int, reports: Path, pipeline: Pipeline | None = None) -> SparkSession | None:
     """With SPARK_REMOTE set (millpond.engine.connect_server), a Connect session of this run's own on the engine,
     else None (the run starts a JVM of its own). Raises EngineError when the engine runs other code than this run,
     or does not answer. `reports` is the folder the run's server-side batches report in (removed at the end).
@@ -160,7 +172,7 @@ def engine_session(shuffle_partitions: int, reports: Path) -> SparkSession | Non
     remote = engine_remote()
     if remote is None:
         return None
-    spark = connect_session(remote, shuffle_partitions)
+    spark = connect_session(remote, shuffle_partitions, pipeline)
     print(f"millpond: on the engine at {remote.split(';')[0]}, session {getattr(spark, 'session_id', '?')}", flush=True)
 
     def release() -> None:
