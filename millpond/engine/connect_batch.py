@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from millpond import settings
-from millpond.lake import paths
+from millpond.lake import lease, paths
 from millpond.lake.lock import flock_within, holder_token
 
 if TYPE_CHECKING:
@@ -128,7 +128,9 @@ _commit_lock: TextIO | None = None  # the commit lock a server-side batch holds,
 
 
 def check_writer() -> None:
-    """Called before every commit a sink makes: a no-op in the run's own process, the lock check on the engine."""
+    """Called just before every commit a sink makes: on an object-store lake the lease's `check()` (LeaseLost if
+    another run took it over), on the engine the lock check; nothing else in a run's own process on a folder."""
+    lease.fence()
     if _guard is not None:
         _guard.check()
 

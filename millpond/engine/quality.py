@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import sys
 import tempfile
 import time
@@ -432,6 +433,9 @@ def _staging(lake_docs: S3Path) -> Path:
     key = hashlib.sha256(str(lake_docs).encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / f"millpond-datadocs-{os.getuid()}-{key}"
     folder.mkdir(mode=0o700, exist_ok=True)
+    found = folder.lstat()  # another user may have made it first, or left a link there: then a folder of this run's
+    if stat.S_ISLNK(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        return Path(tempfile.mkdtemp(prefix="millpond-datadocs-"))
     return folder
 
 

@@ -16,12 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from millpond.engine import driver_jit, speedups
-from millpond.lake import checkpoints, file_sink_log, paths, pending_reprocess
+from millpond.engine import connect_server, driver_jit, speedups
+from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
+from millpond.lake.object_store import S3Path
 from millpond.runs import event_log
 from millpond.runs.run_record import RunContext, TableResult, cli_run_id
+from millpond.settings import SettingError
 from millpond.spec import LAYERS, FileSource, Pipeline, SpecError, Table, environment_problems, load_pipeline
 from millpond.spec.reprocess import ReprocessPlan, parse_interval, plan_reprocess
 
@@ -112,6 +114,7 @@ def gated_tables_to_quarantine(pipeline: Pipeline, args: argparse.Namespace) -> 
 
 def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
     """Full refresh: drop checkpoint, data and quarantine, so the table is rebuilt from its source."""
+    lease.fence()  # on object storage: still the pipeline's one writer before the most destructive writes
     for table_id in table_ids:
         for path in (
             paths.checkpoint_path(pipeline.name, table_id),
@@ -135,11 +138,16 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
         unset = environment_problems(pipeline, tables)  # `${KAFKA_BOOTSTRAP}`-style settings
         if unset:
             raise SpecError(unset)
+        if connect_server.remote() is not None:  # its batch workers lock and report in the lake's folder
+            paths.on_disk(paths.lake_root(), "a run on the engine (SPARK_REMOTE)")
         plan = reprocess_plan(pipeline, tables, args)
         driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
         speedups.check_settings()
     except SpecError as exc:
         print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
+        return 2
+    except SettingError as exc:
+        print(f"millpond: {exc}", file=sys.stderr)
         return 2
     run_id = args.run_id or cli_run_id()
     try:
@@ -155,6 +163,9 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     except LakeNotWritable as exc:
         print(f"millpond: {exc}", file=sys.stderr)
         return 1
+    except SettingError as exc:  # something of this run needs the lake on a folder (millpond.lake.paths.on_disk)
+        print(f"millpond: {exc}", file=sys.stderr)
+        return 2
     return code
 
 
@@ -165,6 +176,13 @@ def reprocess_plan(pipeline: Pipeline, tables: list[str], args: argparse.Namespa
     if not args.reprocess or args.reprocess.lower() == "none":
         return unfinished_reprocess(pipeline, tables)
     interval = parse_interval(args.reprocess)
+    if isinstance(paths.lake_root(), S3Path):  # its slices read the interval's files by local path
+        raise SpecError(
+            [
+                "--reprocess: not yet on a lake on object storage (docs/object-storage.md#what-does-not-work-yet). "
+                "Fix: rebuild with --full-refresh, or reprocess with the lake on a folder"
+            ]
+        )
     if args.full_refresh:
         raise SpecError(["--reprocess and --full-refresh: choose one (a full refresh already rebuilds every interval)"])
     plan = plan_reprocess(pipeline, tables, interval)
@@ -297,6 +315,7 @@ def _run_locked(
             rebuilds = [t for t in plan.rebuilds if t in owed]
             if rebuilds and not failed:
                 print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
+                lease.fence()
                 for table_id in rebuilds:  # the table stays readable: its first batch overwrites it in one commit
                     paths.remove_tree(paths.checkpoint_path(pipeline.name, table_id))
                 refresh = rebuilds

@@ -44,7 +44,10 @@ def files(path: LakePath | str, upto: int) -> set[str]:
         for line in entry.read_text().splitlines()[1:]:  # first line: the log's version (`v1`)
             status = json.loads(line)
             url = urlparse(status["path"])
-            local = status["path"] if url.scheme in ("s3a", "s3") else unquote(url.path)
+            # Spark writes the paths URL-encoded: a partition value with a space is `%20` in the log, not in the store.
+            local = (
+                f"{url.scheme}://{url.netloc}{unquote(url.path)}" if url.scheme in ("s3a", "s3") else unquote(url.path)
+            )
             if status.get("action", "add") == "add":
                 found.add(local)
             else:

@@ -293,12 +293,14 @@ def copy_assets(docs: Path) -> Path | None:
     # package: GX copies them only when it builds its index, which would drop earlier runs' pages (quality.py).
     gx_static = _gx_static()
     if gx_static and not (docs / "static" / "images").exists():
-        shutil.copytree(gx_static, docs / "static", dirs_exist_ok=True)
+        shutil.copytree(
+            gx_static, docs / "static", dirs_exist_ok=True, copy_function=shutil.copyfile
+        )  # new mtimes: uploaded
     for name in [*VENDORED.values(), *_FOLDERS]:
         if not (target / name).exists():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             if (source / name).is_dir():  # two gates may copy into one lake at once
-                shutil.copytree(source / name, target / name, dirs_exist_ok=True)
+                shutil.copytree(source / name, target / name, dirs_exist_ok=True, copy_function=shutil.copyfile)
             else:
                 shutil.copyfile(source / name, target / name)
     return target

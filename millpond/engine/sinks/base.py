@@ -7,7 +7,6 @@ from abc import ABC, abstractmethod
 from pyspark.sql import DataFrame, SparkSession
 
 from millpond.engine.faults import inject_fault
-from millpond.lake import lease
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import Table
 
@@ -25,7 +24,6 @@ class BatchSink(ABC):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.result.micro_batches += 1
         inject_fault(self.table.id, "before_write", batch_id)
-        lease.fence()  # an object-store lake: still this pipeline's one writer, or nothing is written
         self.write_batch(batch, batch_id)
         inject_fault(self.table.id, "after_write", batch_id)
 
