@@ -53,7 +53,9 @@ def record(entry: dict[str, Any]) -> LakePath:
     """Append one validated batch to the history and rebuild the index page; returns the index path."""
     target = history_path()
     line = json.dumps(entry, default=str) + "\n"
-    if isinstance(target, S3Path):  # no append on object storage: the pipeline's lease makes this run the writer
+    # No append on object storage: a read and a rewrite. The history is the lake's, not one pipeline's, so two
+    # pipelines gating at once can lose a line (docs/object-storage.md#what-does-not-work-yet).
+    if isinstance(target, S3Path):
         previous = target.read_text(encoding="utf-8") if target.exists() else ""
         target.write_text(previous + line, encoding="utf-8")
     else:
