@@ -27,7 +27,17 @@ from millpond import settings
 from millpond.airflow.plugin import ReportLink
 from millpond.airflow.py_files import build_py_files
 from millpond.airflow.report import format_summary
-from millpond.airflow.spark_app import EXIT_CODES, RUNNER, SPARK_CONN_ID, job_env, spark_conf, spark_master
+from millpond.airflow.spark_app import (
+    AWS_CONN_ID,
+    EXIT_CODES,
+    RUNNER,
+    SPARK_CONN_ID,
+    job_env,
+    lake_access,
+    lake_jars,
+    spark_conf,
+    spark_master,
+)
 from millpond.engine import jars
 from millpond.runs import run_summary
 
@@ -105,18 +115,26 @@ class MillpondSparkSubmitOperator(BaseOperator):
         self.application_args = [*self.application_args, "--reprocess", interval or "none"]
         if interval:
             self.log.info("Reprocessing the data interval %s (docs/reprocess.md)", interval)
-        if self.run_without_spark():
-            return
-        if self.run_on_engine():  # SPARK_REMOTE: the engine (millpond.engine.connect_server), no spark-submit
-            return
+        with lake_access() as access:  # an object-store lake's AWS_* from the Airflow connection (spark_app)
+            if access:
+                self.log.info("Object-store lake: AWS_* from Airflow connection %r", AWS_CONN_ID)
+            if self.run_without_spark():
+                return
+            if self.run_on_engine():  # SPARK_REMOTE: the engine (millpond.engine.connect_server), no spark-submit
+                return
+            self.submit(access)
+
+    def submit(self, access: dict[str, str]) -> None:
+        """spark-submit of the runner: jars, code, conf and environment resolved now, on the worker."""
         master = spark_master(self._conn_id)
         self.log.info("Spark master %s (connection %r)", master, self._conn_id)
-        self.jars = ",".join(jars.spark_jars())
+        self.jars = ",".join([*jars.spark_jars(), *lake_jars(master)])
         self.py_files = str(build_py_files(self.pipeline))
-        self.conf = {**spark_conf(), **self.conf}
+        self.conf = {**spark_conf(master), **self.conf}
         self.choose_driver_jit()
-        # The driver imports millpond from the zip too, where the repo-relative defaults do not exist.
-        self.env_vars = {**job_env(), **self.env_vars}
+        # The driver imports millpond from the zip too, where the repo-relative defaults do not exist. The lake's
+        # credentials go into spark-submit's environment, never onto its command line.
+        self.env_vars = {**job_env(), **access, **self.env_vars}
         self._hook = self.build_hook()
         try:
             self._hook.submit(self.application)
@@ -270,7 +288,8 @@ class QualityGateOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         _, run_id = run_summary.dag_run_key(context["dag"].dag_id, context["run_id"])
-        summary = run_summary.load(self.pipeline, run_id)
+        with lake_access():
+            summary = run_summary.load(self.pipeline, run_id)
         if summary is None:
             where = run_summary.summary_path(self.pipeline, run_id)
             raise AirflowException(f"no run summary for {run_id} at {where}: did ingest run?")
@@ -289,7 +308,8 @@ class RunSummaryOperator(BaseOperator):
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         _, run_id = run_summary.dag_run_key(context["dag"].dag_id, context["run_id"])
-        summary = run_summary.load(self.pipeline, run_id) or {"tables": []}
+        with lake_access():
+            summary = run_summary.load(self.pipeline, run_id) or {"tables": []}
         by_table = {t["table"]: t for t in summary["tables"]}
         ordered = [by_table[t] for t in self.tables if t in by_table]
         for entry in ordered:

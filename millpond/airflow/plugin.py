@@ -7,7 +7,8 @@ Why served by the API server and not as `file://` links: browsers do not open `f
 the lake is usually not on the user's machine. The sub-app reuses the API server's authentication (the JWT the UI
 keeps in its `_token` cookie, or a bearer token) and asks the auth manager whether the user may read DAG runs, so
 anonymous requests get 401 like `/api/v2`. Paths are resolved inside the reports folder: `..`, absolute paths and
-symlinks that leave it are refused.
+symlinks that leave it are refused. On an object-store lake the same pages are read from the bucket, with the
+API server's own access to it (the standard AWS_* variables, or the `aws_millpond` connection: spark_app).
 
 In the UI: the task instances of `quality_gate`, `ingest` and `gold` carry an extra link "Data-quality report"
 (its URL is computed when the task finishes and stored as an XCom, the Airflow 3 way), and each DAG run page has a
@@ -19,6 +20,7 @@ FastAPI and the API server's security module load only when the API server asks 
 
 # No `from __future__ import annotations`: FastAPI reads the annotations of the route functions defined inside
 # create_app(), and postponed (string) annotations would not resolve from this module's globals.
+import mimetypes
 from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,8 @@ from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
 
 from millpond.lake import paths
+from millpond.lake.object_store import S3Path
+from millpond.lake.paths import LakePath
 from millpond.runs import reports, run_summary
 
 if TYPE_CHECKING:
@@ -40,23 +44,30 @@ LINK_NAME = "Data-quality report"
 # ---------------------------------------------------------------------------------------------- which report
 
 
-def run_report(pipeline: str, run_id: str) -> Path | None:
+def run_report(pipeline: str, run_id: str) -> LakePath | None:
     """The report file of one run: a table the gate stopped first, else one that warned or set rows aside, else any."""
     summary = run_summary.load(pipeline, run_id) or {}
     gated = [t for t in summary.get("tables", []) if (t.get("gate") or {}).get("report_path")]
     gated.sort(key=lambda t: (t.get("outcome") != "gate_failed", (t["gate"].get("outcome") or "passed") == "passed"))
     for entry in gated:
-        path = Path(entry["gate"]["report_path"])
+        path = paths.as_lake_path(entry["gate"]["report_path"])
         if path.is_file():
             return path
     return None
 
 
-def report_url_path(path: Path | None, root: Path | None = None) -> str:
+def report_url_path(path: LakePath | None, root: LakePath | None = None) -> str:
     """The URL path (under MOUNT) of a report file; the index page when there is none or it lies outside the folder."""
-    base = paths.on_disk(reports.reports_dir(root), "the report viewer").resolve()
+    base = reports.reports_dir(root)
     try:
-        relative = path.resolve().relative_to(base).as_posix() if path else "index.html"
+        if path is None:
+            relative = "index.html"
+        elif isinstance(base, S3Path) and isinstance(path, S3Path):
+            relative = path.relative_to(base)
+        elif isinstance(base, Path) and isinstance(path, Path):
+            relative = path.resolve().relative_to(base.resolve()).as_posix()
+        else:
+            relative = "index.html"
     except ValueError:
         relative = "index.html"
     return f"{MOUNT}/{quote(relative)}"
@@ -74,21 +85,29 @@ class ReportLink(BaseOperatorLink):
     name = LINK_NAME
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return report_url_path(run_report(*run_summary.dag_run_key(operator.dag_id, ti_key.run_id))).lstrip("/")
+        from millpond.airflow.spark_app import lake_access  # the task's lake credentials (a connection lookup)
+
+        with lake_access():
+            report = run_report(*run_summary.dag_run_key(operator.dag_id, ti_key.run_id))
+        return report_url_path(report).lstrip("/")
 
 
 # ---------------------------------------------------------------------------------------------- the web app
 
 
-def resolve_report(relative: str, root: Path | None = None) -> Path | None:
+def resolve_report(relative: str, root: LakePath | None = None) -> LakePath | None:
     """A file inside the reports folder for a URL path, or None: no `..`, no absolute path, no symlink escaping it."""
-    base = paths.on_disk(reports.reports_dir(root), "the report viewer").resolve()
+    base = reports.reports_dir(root)
     if "\\" in relative or "\x00" in relative:
         return None
     parts = PurePosixPath(relative).parts
     if relative.startswith("/") or any(p in ("..", ".") for p in parts):
         return None
-    target = base.joinpath(*parts) if parts else base
+    if isinstance(base, S3Path):  # keys, not folders: a page is an object, a "folder" its index.html
+        page = base.joinpath(*parts, *(["index.html"] if not parts or relative.endswith("/") else []))
+        return page if page.is_file() else None
+    folder = base.resolve()
+    target = folder.joinpath(*parts) if parts else folder
     if target.is_dir():  # only as `dir/`: the page's relative links would miss the folder otherwise
         if relative and not relative.endswith("/"):
             return None
@@ -97,7 +116,7 @@ def resolve_report(relative: str, root: Path | None = None) -> Path | None:
         resolved = target.resolve(strict=True)
     except (OSError, RuntimeError):  # missing, or a symlink loop
         return None
-    if not resolved.is_relative_to(base) or not resolved.is_file():
+    if not resolved.is_relative_to(folder) or not resolved.is_file():
         return None
     return resolved
 
@@ -108,7 +127,7 @@ def create_app() -> "FastAPI":
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
     from airflow.api_fastapi.core_api.security import GetUserDep
     from fastapi import Depends, FastAPI, HTTPException, Request, status
-    from fastapi.responses import FileResponse, RedirectResponse
+    from fastapi.responses import FileResponse, RedirectResponse, Response
 
     def may_read_runs(request: Request, user: GetUserDep) -> None:
         """401 without a valid token (from `get_user`); 403 unless the user may read runs of this DAG (or of all)."""
@@ -140,11 +159,15 @@ def create_app() -> "FastAPI":
         )
 
     @app.get("/{relative:path}")
-    def report_file(relative: str) -> FileResponse:
+    def report_file(relative: str) -> Response:
         path = resolve_report(relative)
         if path is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no report at {relative!r} under $MILLPOND_LAKE/_reports")
-        return FileResponse(path, headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
+        headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+        if isinstance(path, S3Path):  # one object, read whole (reports are small pages and their assets)
+            kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            return Response(path.read_bytes(), media_type=kind, headers=headers)
+        return FileResponse(path, headers=headers)
 
     return app
 

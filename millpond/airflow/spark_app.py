@@ -1,5 +1,5 @@
 """The millpond Spark application as a task submits it: the runner's file, the Spark connection, the environment
-and conf the job gets, and what the runner's exit codes mean.
+and conf the job gets, how an object-store lake is reached, and what the runner's exit codes mean.
 
 Shared by the operator (which resolves them when its task runs) and the hook (which reads the exit codes); light, so
 the operator module can import it while the DAG file is parsed.
@@ -7,16 +7,21 @@ the operator module can import it while the DAG file is parsed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException
 
 from millpond import settings
-from millpond.engine import speedups
+from millpond.engine import s3a, speedups
+from millpond.lake import paths
 
 SPARK_CONN_ID = "spark_millpond"
+AWS_CONN_ID = "aws_millpond"  # an object-store lake's credentials and endpoint (docs/object-storage.md#airflow)
 EXIT_CODES = {
     1: "a table failed",
     2: "invalid spec or arguments",
@@ -59,7 +64,7 @@ def job_env() -> dict[str, str]:
     """Where the job finds specs, suites, jars and the lake: absolute, resolved here, not inside the zip."""
     return {
         "MILLPOND_PROJECT": str(settings.project_root()),
-        "MILLPOND_LAKE": str(settings.lake_root()),
+        "MILLPOND_LAKE": str(paths.lake_root()),  # an s3a:// lake as its URL, a folder resolved
         "MILLPOND_PIPELINES": str(settings.pipelines_dir()),
         "MILLPOND_EXPECTATIONS": str(settings.expectations_dir()),
         "MILLPOND_JARS": str(settings.jars_dir()),
@@ -68,12 +73,64 @@ def job_env() -> dict[str, str]:
     }
 
 
-def spark_conf() -> dict[str, str]:
-    """The session conf every millpond application shares (the job sets it itself outside spark-submit)."""
+def spark_conf(master: str) -> dict[str, str]:
+    """The session conf every millpond application shares (the job sets it itself outside spark-submit), with an
+    object-store lake's s3a settings and, under a local master, its jars on the driver's classpath."""
     from millpond.engine.session import base_conf  # imports pyspark: only at task run time
 
+    launch = {k: v for k, v in s3a.launch_conf(master).items() if k != "spark.jars"}  # those go to --jars
     return {
         **base_conf(),
+        **s3a.session_conf(),
+        **launch,
         "spark.ui.enabled": settings.SPARK_UI.value(),
         "spark.log.level": settings.SPARK_LOG_LEVEL.raw() or "WARN",
     }
+
+
+def lake_jars(master: str) -> list[str]:
+    """Jars spark-submit ships to a cluster's executors for the lake: the s3a jars for an object-store lake under
+    a cluster master, else none (a local master has them on the driver's classpath: spark_conf)."""
+    return [j for j in s3a.launch_conf(master).get("spark.jars", "").split(",") if j]
+
+
+def lake_access_env() -> dict[str, str]:
+    """The standard `AWS_*` variables for an object-store lake, from the Airflow connection `aws_millpond` (an AWS
+    connection: login = access key id, password = secret key, extra `endpoint_url`, `region_name`,
+    `aws_session_token`). {} for a local lake, or when the connection is not defined: the worker's own
+    environment then reaches the store (an instance role, or AWS_* set for the worker).
+
+    They reach the job as environment variables, never as Spark settings or arguments (millpond.engine.s3a), and
+    Airflow masks a connection's password in task logs."""
+    if not s3a.lake_on_object_store():
+        return {}
+    try:
+        conn = BaseHook.get_connection(AWS_CONN_ID)
+    except Exception:  # AirflowNotFoundException, or a secrets backend error: the worker's environment
+        return {}
+    extra = conn.extra_dejson
+    found = {
+        "AWS_ACCESS_KEY_ID": conn.login,
+        "AWS_SECRET_ACCESS_KEY": conn.password,
+        "AWS_SESSION_TOKEN": extra.get("aws_session_token"),
+        "AWS_ENDPOINT_URL": extra.get("endpoint_url"),
+        "AWS_REGION": extra.get("region_name"),
+    }
+    return {key: str(value) for key, value in found.items() if value}
+
+
+@contextlib.contextmanager
+def lake_access() -> Iterator[dict[str, str]]:
+    """While a task works: the connection's `AWS_*` (lake_access_env) in this process's environment, for what the
+    task reads itself (the no-new-data check, run summaries) and what it starts; restored afterwards."""
+    found = lake_access_env()
+    saved = {key: os.environ.get(key) for key in found}
+    os.environ.update(found)
+    try:
+        yield found
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

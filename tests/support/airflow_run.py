@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -36,6 +37,13 @@ def airflow_env(home: Path, lake: Path, spark_conn: str = LOCAL_SPARK, **extra: 
     )
     env.update(extra)
     return env
+
+
+def stored_report_links(home: Path) -> dict[tuple[str, str], str]:
+    """The "Data-quality report" links Airflow stored per (run id, task): the XCom `_link_ReportLink` the UI shows."""
+    with sqlite3.connect(home / "airflow.db") as db:
+        rows = db.execute("SELECT run_id, task_id, value FROM xcom WHERE key = '_link_ReportLink'").fetchall()
+    return {(run_id, task_id): json.loads(value) for run_id, task_id, value in rows}
 
 
 def migrate(env: dict[str, str]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,12 @@ class Bucket:
 
     def client(self) -> Any:  # a boto3 client: its class is generated at run time
         return client(self.access)
+
+    def put_files(self, files: list[Path], prefix: str) -> None:
+        """Local files into the bucket under `prefix`, each by its name (landing them for a run)."""
+        s3 = self.client()
+        for path in files:
+            s3.put_object(Bucket=self.name, Key=f"{prefix.strip('/')}/{path.name}", Body=path.read_bytes())
 
     def keys(self, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=prefix)

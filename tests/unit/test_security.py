@@ -7,6 +7,7 @@ Spec paths cannot leave the lake root: tests/unit/spec/test_loader.py.)
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -69,10 +70,51 @@ def test_spark_submit_command_line_carries_no_secret(monkeypatch):
     monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", secret)
     task = DagBag(dag_folder=str(REPO / "dags")).dags["activity"].get_task("ingest")
     task.jars = ",".join(jars.spark_jars())
-    task.conf = {**spark_app.spark_conf(), **(task.conf or {})}
+    task.conf = {**spark_app.spark_conf("spark://127.0.0.1:7077"), **(task.conf or {})}
     task.env_vars = {**spark_app.job_env(), **(task.env_vars or {})}
     hook = task.build_hook()
     command = hook._build_spark_submit_command(task.application)
     assert "--master" in command and "spark://127.0.0.1:7077" in command
     assert not [arg for arg in command if secret in arg]
     assert not [value for value in task.env_vars.values() if secret in value]
+
+
+def test_an_object_store_lakes_credentials_come_from_the_airflow_connection_into_the_environment_only(
+    monkeypatch, tmp_path
+):
+    """A task on an s3a lake: the AWS connection's keys reach spark-submit's environment, never its command line;
+    the s3a jars go to the cluster's executors with --jars, the endpoint as a setting."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from millpond.airflow import spark_app
+    from millpond.engine import jars
+
+    secret, key_id = secrets.token_urlsafe(16), secrets.token_hex(8)
+    s3a_jars = tmp_path / "s3a-jars"
+    s3a_jars.mkdir()
+    for name in ("hadoop-aws-3.5.0.jar", "bundle-2.24.6.jar"):  # names only: the command is built, not run
+        (s3a_jars / name).write_bytes(b"")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MILLPOND_LAKE", "s3a://lakes/prod")
+    monkeypatch.setenv("MILLPOND_S3A_JARS", str(s3a_jars))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "spark://127.0.0.1:7077"}')
+    extra = {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_MILLPOND",
+        json.dumps({"conn_type": "aws", "login": key_id, "password": secret, "extra": extra}),
+    )
+    task = DagBag(dag_folder=str(REPO / "dags")).dags["activity"].get_task("ingest")
+    with spark_app.lake_access() as access:
+        assert access["AWS_SECRET_ACCESS_KEY"] == secret and access["AWS_ENDPOINT_URL"] == extra["endpoint_url"]
+        master = spark_app.spark_master()
+        task.jars = ",".join([*jars.spark_jars(), *spark_app.lake_jars(master)])
+        task.conf = {**spark_app.spark_conf(master), **(task.conf or {})}
+        task.env_vars = {**spark_app.job_env(), **access, **(task.env_vars or {})}
+    assert "AWS_SECRET_ACCESS_KEY" not in os.environ, "the task's environment is restored after its work"
+    command = task.build_hook()._build_spark_submit_command(task.application)
+    assert not [arg for arg in command if secret in arg or key_id in arg]
+    assert str(s3a_jars / "hadoop-aws-3.5.0.jar") in command[command.index("--jars") + 1]
+    assert "spark.hadoop.fs.s3a.endpoint=http://127.0.0.1:9000" in command
+    assert task.env_vars["MILLPOND_LAKE"] == "s3a://lakes/prod"
+    assert task.env_vars["AWS_ACCESS_KEY_ID"] == key_id and task.env_vars["AWS_REGION"] == "eu-west-1"

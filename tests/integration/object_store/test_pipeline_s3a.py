@@ -45,9 +45,7 @@ def land(bucket, local: Path, files: int, seed: int, **bad) -> None:
 
 
 def put_new(bucket, local: Path, before: set[Path]) -> None:
-    s3 = bucket.client()
-    for path in sorted(set(local.glob("*.json")) - before):
-        s3.put_object(Bucket=bucket.name, Key=f"lake/landing/activity/{path.name}", Body=path.read_bytes())
+    bucket.put_files(sorted(set(local.glob("*.json")) - before), "lake/landing/activity")
 
 
 def run(lake: str, fault: str | None = None, *args: str) -> tuple[int, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from millpond.dev.sample_data import activity_files, land_file
 from millpond.lake import paths
 from millpond.lake.delta_log import table_state
 from millpond.runs import reports, run_summary
-from tests.support.airflow_run import airflow_env, dags_test, migrate, spark_processes
+from tests.support.airflow_run import airflow_env, dags_test, migrate, spark_processes, stored_report_links
 from tests.support.lake_tables import device_counts, hourly
 
 pytestmark = pytest.mark.integration
@@ -80,12 +79,6 @@ def test_failing_increment_fails_quality_gate_and_leaves_silver_and_gold_unchang
     for url in {*failing.values(), *clean.values()}:
         assert url.startswith("millpond/reports/datadocs/") and url.endswith(".html"), url
         assert (reports.reports_dir() / url.removeprefix("millpond/reports/")).is_file(), url
-
-
-def stored_report_links(home: Path) -> dict[tuple[str, str], str]:
-    with sqlite3.connect(home / "airflow.db") as db:
-        rows = db.execute("SELECT run_id, task_id, value FROM xcom WHERE key = '_link_ReportLink'").fetchall()
-    return {(run_id, task_id): json.loads(value) for run_id, task_id, value in rows}
 
 
 def report_url(table_entry: dict) -> str:
