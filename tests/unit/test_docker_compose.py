@@ -14,6 +14,7 @@ pytestmark = pytest.mark.unit
 
 AIRFLOW = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 SPARK = ("spark-master", "spark-worker-1", "spark-worker-2", "spark-connect")
+NODES = ("spark-master", "spark-worker-1", "spark-worker-2")
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def pins() -> dict[str, str]:
 
 
 def test_services_are_airflow3_postgres_init_and_a_spark_cluster(compose):
-    assert set(compose["services"]) == {"postgres", "airflow-init", *AIRFLOW, *SPARK}
+    assert set(compose["services"]) == {"postgres", "s3", "airflow-init", *AIRFLOW, *SPARK}
     commands = {name: compose["services"][name].get("command") for name in AIRFLOW}
     assert commands == {
         "airflow-apiserver": "api-server",
@@ -61,18 +62,32 @@ def test_startup_order_waits_for_health_and_the_one_shot_init(compose):
         assert services[worker]["command"][-1] == "spark://spark-master:7077"
 
 
-def test_the_spark_connection_points_at_the_master_and_the_lake_is_shared(compose):
+def test_the_spark_connection_points_at_the_master_and_the_lake_is_shared_on_the_s3_service(compose):
+    """docs/object-storage.md#docker-compose: Airflow and the Spark nodes share one s3a lake on the `s3` service; the
+    tasks' keys are the aws_millpond connection, the nodes' and the API server's the AWS_* variables, all from .env."""
     services = compose["services"]
+    s3 = services["s3"]
+    assert "s3proxy-3.0.0-jar-with-dependencies.jar" in "".join(s3["command"]) and "ports" not in s3
     for name in AIRFLOW:
         env = services[name]["environment"]
         conn = json.loads(env["AIRFLOW_CONN_SPARK_MILLPOND"])
         assert conn == {"conn_type": "spark", "host": "spark://spark-master:7077"}
-        assert env["MILLPOND_LAKE"] == "/opt/millpond/lake"
+        assert env["MILLPOND_LAKE"] == "${MILLPOND_LAKE:-s3a://millpond/lake}"
+        aws = json.loads(env["AIRFLOW_CONN_AWS_MILLPOND"])
+        assert aws["conn_type"] == "aws" and aws["extra"]["endpoint_url"] == "http://s3:9000"
+        assert aws["password"] == "${S3_SECRET_KEY:?set S3_SECRET_KEY in .env}"
+        assert services[name]["depends_on"]["s3"]["condition"] == "service_healthy"
     master_cmd = services["spark-master"]["command"]
     assert master_cmd[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"] and "7077" in master_cmd
-    for name in (*AIRFLOW, "spark-worker-1", "spark-worker-2"):
-        assert "lake:/opt/millpond/lake" in services[name]["volumes"], name
-    assert "lake" in compose["volumes"]
+    for name in (*NODES, "airflow-apiserver", "airflow-init"):
+        env = services[name]["environment"]
+        assert env["AWS_ENDPOINT_URL"] == "http://s3:9000", name
+        assert env["AWS_SECRET_ACCESS_KEY"] == "${S3_SECRET_KEY:?set S3_SECRET_KEY in .env}", name
+    for name in NODES:
+        assert services[name]["environment"]["MILLPOND_LAKE"] == "${MILLPOND_LAKE:-s3a://millpond/lake}"
+    assert "S3Location.parse(os.environ['MILLPOND_LAKE']).bucket" in "".join(services["airflow-init"]["command"])
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    assert "build/s3a.pom.xml" in dockerfile and "build/s3proxy.pom.xml" in dockerfile
 
 
 def test_images_are_pinned_and_versions_match_requirements(compose):
@@ -90,9 +105,10 @@ def test_images_are_pinned_and_versions_match_requirements(compose):
 
 def test_no_secrets_in_the_compose_file(compose):
     text = (REPO / "docker-compose.yaml").read_text()
-    assert "${POSTGRES_PASSWORD:?" in text and "${AIRFLOW_JWT_SECRET:?" in text
+    assert "${POSTGRES_PASSWORD:?" in text and "${AIRFLOW_JWT_SECRET:?" in text and "${S3_SECRET_KEY:?" in text
     example = (REPO / ".env.example").read_text()
-    assert "POSTGRES_PASSWORD=" in example and "AIRFLOW_JWT_SECRET=" in example
+    for name in ("POSTGRES_PASSWORD", "AIRFLOW_JWT_SECRET", "S3_ACCESS_KEY", "S3_SECRET_KEY"):
+        assert f"\n{name}=" in example, name
 
 
 def test_the_image_installs_the_package_so_airflow_finds_the_report_plugin():
@@ -101,18 +117,23 @@ def test_the_image_installs_the_package_so_airflow_finds_the_report_plugin():
     assert 'millpond = "millpond.airflow.plugin:MillpondPlugin"' in (REPO / "pyproject.toml").read_text()
 
 
-def test_the_engine_is_a_connect_server_on_the_cluster_that_the_tasks_use(compose):
-    """docs/engine.md: the tasks' SPARK_REMOTE names the spark-connect service, which `millpond engine start`
-    runs in the foreground against the cluster's master, reachable on the compose network only."""
+def test_the_engine_is_a_connect_server_on_the_cluster_that_the_tasks_can_use(compose):
+    """docs/engine.md: with the `engine` profile, the spark-connect service runs `millpond engine start` in the
+    foreground against the cluster's master, reachable on the compose network only; the tasks use it when .env sets
+    SPARK_REMOTE (and a folder lake: the engine needs one)."""
     services = compose["services"]
     engine = services["spark-connect"]
+    assert engine["profiles"] == ["engine"]
     command = engine["command"]
     assert command[:5] == ["millpond", "engine", "start", "--foreground", "--no-token"]
     assert command[command.index("--master") + 1] == "spark://spark-master:7077"
     port = command[command.index("--port") + 1]
     assert "ports" not in engine, "the engine has no token: it must not be published outside the compose network"
-    assert services["airflow-scheduler"]["environment"]["SPARK_REMOTE"] == f"sc://spark-connect:{port}"
-    assert services["airflow-scheduler"]["depends_on"]["spark-connect"]["condition"] == "service_healthy"
+    assert services["airflow-scheduler"]["environment"]["SPARK_REMOTE"] == "${SPARK_REMOTE:-}"
+    example = (REPO / ".env.example").read_text()
+    assert f"# SPARK_REMOTE=sc://spark-connect:{port}" in example and "# MILLPOND_LAKE=/opt/millpond/lake" in example
+    depends = services["airflow-scheduler"]["depends_on"]["spark-connect"]
+    assert depends == {"condition": "service_healthy", "required": False}
     assert engine["healthcheck"]["test"] == ["CMD", "millpond", "engine", "status"]
-    lake = [v for v in engine["volumes"] if v.startswith("lake:")]
-    assert lake == [f"lake:{engine['environment']['MILLPOND_LAKE']}"]  # the same lake (and locks) as the tasks
+    for name in (*AIRFLOW, "spark-connect", "spark-worker-1", "spark-worker-2"):  # the folder lake, when chosen
+        assert "lake:/opt/millpond/lake" in services[name]["volumes"], name

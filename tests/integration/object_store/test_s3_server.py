@@ -81,3 +81,59 @@ def test_make_s3_up_prints_working_exports_and_s3_down_stops_it(tmp_path):
     assert down.returncode == 0 and "stopped" in down.stdout
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+def test_the_compose_s3_service_and_its_bucket_step_work_as_written(tmp_path):
+    """docker-compose.yaml's `s3` service command and airflow-init's bucket step, run here as written (compose's
+    `$$` unescaped, the image's paths mapped to this checkout, another port): the keys from the environment are
+    the only ones accepted, and the lake's bucket is made from MILLPOND_LAKE."""
+    import secrets
+    import time
+
+    import yaml
+
+    services = yaml.safe_load((REPO / "docker-compose.yaml").read_text())["services"]
+    port = free_port()
+    script = (
+        services["s3"]["command"][2]
+        .replace("$$", "$")
+        .replace("/opt/millpond/.cache/s3proxy/", f"{REPO}/.cache/s3proxy/")
+        .replace("/tmp/s3proxy.properties", str(tmp_path / "s3proxy.properties"))
+        .replace("0.0.0.0:9000", f"127.0.0.1:{port}")
+    )
+    keys = {"S3_ACCESS_KEY": secrets.token_hex(8), "S3_SECRET_KEY": secrets.token_hex(16)}
+    server = subprocess.Popen(["bash", "-c", script], env={**os.environ, **keys}, start_new_session=True)
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(endpoint, timeout=2)
+            except urllib.error.HTTPError:
+                break  # it answers (403: unsigned)
+            except OSError:
+                time.sleep(0.5)
+        access = {
+            "AWS_ACCESS_KEY_ID": keys["S3_ACCESS_KEY"],
+            "AWS_SECRET_ACCESS_KEY": keys["S3_SECRET_KEY"],
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_REGION": "us-east-1",
+        }
+        init = services["airflow-init"]["command"][1]
+        step = init[init.index("python -c") : init.index("|| echo")].replace("\\\n", " ")
+        env = {
+            **os.environ,
+            **access,
+            "MILLPOND_LAKE": "s3a://compose-lake/lake",
+            "PATH": f"{sys.prefix}/bin:{os.environ['PATH']}",
+        }
+        made = subprocess.run(["bash", "-c", step], env=env, capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
+        s3 = client(S3Access.from_mapping(access))
+        s3.put_object(Bucket="compose-lake", Key="lake/x", Body=b"1")
+        assert s3.get_object(Bucket="compose-lake", Key="lake/x")["Body"].read() == b"1"
+        wrong = client(S3Access.from_mapping({**access, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}))
+        with pytest.raises(Exception, match="SignatureDoesNotMatch"):
+            wrong.list_objects_v2(Bucket="compose-lake")
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait(timeout=10)
