@@ -186,6 +186,13 @@ FAULT = Setting(
     "fault-injection tests' hook. Never set it in production.",
     TESTING,
 )
+FAULT_PAUSE_FILE = Setting(
+    "MILLPOND_FAULT_PAUSE_FILE",
+    "",
+    "With MILLPOND_FAULT: instead of the SIGKILL, the run creates this file at the fault point and waits there "
+    "until the test deletes it (at most 300 s): a test acts while a run is mid-batch. Never set it in production.",
+    TESTING,
+)
 TEST_ENGINE = Setting(
     "MILLPOND_TEST_ENGINE",
     "off",
@@ -215,6 +222,7 @@ ALL = (
     SPARK_TASK_TIMEOUT_SECONDS,
     KAFKA_BOOTSTRAP,
     FAULT,
+    FAULT_PAUSE_FILE,
     TEST_ENGINE,
 )
 

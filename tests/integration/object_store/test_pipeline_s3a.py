@@ -121,6 +121,41 @@ def fly(index: int) -> dict:
     }
 
 
+def test_a_lease_taken_over_mid_batch_stops_that_batchs_commit_and_the_next_run_replays_it(
+    s3_lake, tmp_path, monkeypatch
+):
+    """The fence inside a micro-batch: the run pauses in silver's first batch (offsets logged, nothing written),
+    another holder takes the lease, and the batch's commit is refused (exit 3, silver has no version); once that
+    holder releases, the next run replays the batch and every table equals the reference."""
+    lake, local = str(paths.lake_root()), tmp_path / "landing"
+    local.mkdir()
+    land(s3_lake, local, 1, seed=6)
+    marker = tmp_path / "paused"
+    monkeypatch.setenv("MILLPOND_FAULT_PAUSE_FILE", str(marker))
+    proc = start_run(lake, "silver.activity:before_write:0", ("--wait", "60"))  # type: ignore[arg-type]
+    deadline = time.monotonic() + 600
+    while not marker.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the run never reached silver's first batch"
+        time.sleep(0.2)
+    assert versions()["bronze.activity"] == 0 and versions()["silver.activity"] == -1
+    s3, key = s3_lake.client(), "lake/_system/locks/activity.lease"
+    held = json.loads(s3.get_object(Bucket=s3_lake.name, Key=key)["Body"].read())
+    thief = held | {"generation": held["generation"] + 1, "run_id": "other", "pid": 1, "nonce": "y"}
+    s3.put_object(Bucket=s3_lake.name, Key=key, Body=json.dumps(thief).encode())
+    marker.unlink()
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 3, out[-3000:]
+    assert "lost its lease" in out and "run other" in out, out[-3000:]
+    assert versions()["silver.activity"] == -1, "the batch committed after its run lost the lease"
+
+    monkeypatch.delenv("MILLPOND_FAULT_PAUSE_FILE")
+    released = thief | {"state": "released", "nonce": "z"}
+    s3.put_object(Bucket=s3_lake.name, Key=key, Body=json.dumps(released).encode())
+    code, out = run(lake)
+    assert code == 0, out[-3000:]
+    assert_matches_reference_rs(activity_reference(local))
+
+
 def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(s3_lake, tmp_path):
     """Another holder takes the lease while the run starts its JVM (as after a pause longer than the lease's
     time): the run's fencing check before its first commit fails, so no table, event-log row or summary is written."""
