@@ -30,6 +30,19 @@ class ObjectStoreError(RuntimeError):
     """An object-store location or its access cannot be used; the message names the fix."""
 
 
+def error_code(error: Exception) -> str:
+    """The S3 error code of a botocore error (`NoSuchKey`, `PreconditionFailed`), else its HTTP status, else ""."""
+    response: dict[str, Any] = getattr(error, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", "")) or str(
+        response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+    )
+
+
+def precondition_failed(error: Exception) -> bool:
+    """Whether a conditional write (`If-Match`, `If-None-Match`) was refused because the object changed."""
+    return error_code(error) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
+
+
 def is_object_store(location: str | os.PathLike[str]) -> bool:
     """Whether a lake root (or any location) names an object store rather than a local or mounted folder."""
     return str(location).split("://", 1)[0].lower() in SCHEMES if "://" in str(location) else False
@@ -359,7 +372,7 @@ class S3Path:
         try:
             response = self._s3.get_object(Bucket=self.location.bucket, Key=self.location.key)
         except Exception as error:
-            if _error_code(error) in ("NoSuchKey", "404"):
+            if error_code(error) in ("NoSuchKey", "404"):
                 raise FileNotFoundError(str(self)) from None
             raise
         return bytes(response["Body"].read())
@@ -406,7 +419,3 @@ class S3Path:
             for item in page.get("Contents", []):
                 self._s3.delete_object(Bucket=self.location.bucket, Key=item["Key"])
         self.unlink(missing_ok=True)
-
-
-def _error_code(error: Exception) -> str:
-    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
