@@ -21,6 +21,9 @@ Every write carries a fresh nonce: servers compute an ETag from the content, and
 ETag, letting a stale `If-Match` succeed. The nonce also tells a holder its own write: when the client retries a PUT
 whose first attempt succeeded but whose reply was lost, the retry gets 412; the lease then reads the object back, and
 if it holds the very record just sent, the write was ours and its ETag is adopted (no false LeaseLost).
+
+A process may hold several pipelines' leases at once (tests, a server running pipelines side by side): `fence()`
+checks the lease of the pipeline it is given, or, given none, every lease the process holds.
 """
 
 from __future__ import annotations
@@ -295,22 +298,31 @@ def pipeline_lease(
     lake: str, pipeline: str, run_id: str, wait_seconds: float = 0.0, ttl_seconds: float | None = None
 ) -> Iterator[PipelineLease]:
     """The object-store counterpart of lock.pipeline_lock: held (and renewed) for the block, released after it."""
-    global _held
     lease = PipelineLease(S3Location.parse(lake), pipeline, run_id, ttl_seconds)
     lease.acquire(wait_seconds)
-    _held = lease
+    with _held_mutex:
+        _held[pipeline] = lease
     try:
         yield lease
     finally:
-        _held = None
+        with _held_mutex:
+            if _held.get(pipeline) is lease:
+                del _held[pipeline]
         lease.release()
 
 
-_held: PipelineLease | None = None  # the lease this process's run holds, for fence()
+_held: dict[str, PipelineLease] = {}  # pipeline -> the lease this process holds for it, for fence()
+_held_mutex = threading.Lock()
 
 
-def fence() -> int | None:
-    """Before a commit to the lake: `check()` the lease this process's run holds (LeaseLost if it was taken over),
-    returning its generation; None where there is none to check (a local lake, whose `flock` cannot be lost)."""
-    lease = _held
-    return lease.check() if lease is not None else None
+def fence(pipeline: str | None = None) -> int | None:
+    """Before a commit to the lake: `check()` the lease this process holds for `pipeline` (LeaseLost if it was
+    taken over), returning its generation; None where there is none to check (a local lake, whose `flock` cannot be
+    lost). Without a pipeline, every lease the process holds is checked (a run's process holds one, its own) and
+    the generation returned is that of the last one checked."""
+    with _held_mutex:
+        leases = list(_held.values()) if pipeline is None else [_held[pipeline]] if pipeline in _held else []
+    generation = None
+    for lease in leases:
+        generation = lease.check()
+    return generation

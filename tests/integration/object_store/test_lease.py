@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from millpond.lake import lease as lease_module
 from millpond.lake.lease import LeaseLost, LeaseRecord, PipelineBusy, PipelineLease, pipeline_lease
 from tests.support import REPO
 
@@ -211,3 +212,26 @@ def test_an_acquisition_whose_reply_was_lost_takes_the_lease(s3_bucket):
         lease(s3_bucket, "run-2").acquire()
     assert holder.check() == 1
     holder.release()
+
+
+def test_two_pipelines_leases_in_one_process_are_fenced_each_on_its_own(s3_bucket):
+    lake = s3_bucket.location("lake").url
+    with pipeline_lease(lake, "sales", "run-0", ttl_seconds=30):
+        pass  # sales's next holder is generation 2, activity's is 1
+    assert lease_module.fence() is None  # nothing held
+    with (
+        pipeline_lease(lake, "activity", "run-a", ttl_seconds=30) as activity,
+        pipeline_lease(lake, "sales", "run-s", ttl_seconds=30) as sales,
+    ):
+        assert (lease_module.fence("activity"), lease_module.fence("sales")) == (1, 2)
+        assert lease_module.fence("other") is None
+        # Another run takes activity's lease over (as one does once it lapses): only activity's fence fails.
+        taken = LeaseRecord("activity", 2, "held", "run-b", 1, "elsewhere", "now", 30.0, "n")
+        s3_bucket.client().put_object(Bucket=s3_bucket.name, Key=activity.location.key, Body=taken.to_json())
+        with pytest.raises(LeaseLost, match="run run-a lost its lease"):
+            lease_module.fence("activity")
+        assert lease_module.fence("sales") == 2 and sales.check() == 2
+        with pytest.raises(LeaseLost):
+            lease_module.fence()  # a caller naming no pipeline checks every lease the process holds
+    assert lease_module.fence("sales") is None and lease_module.fence() is None
+    assert stored(s3_bucket).run_id == "run-b"  # the lost lease was left to its new holder
