@@ -16,7 +16,9 @@ import fnmatch
 import functools
 import io
 import os
-from collections.abc import Iterator, Mapping
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -380,6 +382,28 @@ class S3Path:
     def read_text(self, encoding: str | None = "utf-8") -> str:
         return self.read_bytes().decode(encoding or "utf-8")
 
+    def read_versioned(self) -> tuple[bytes, str | None]:
+        """The object's content and version (ETag), for a `write_if`; (b"", None) when there is no object."""
+        try:
+            response = self._s3.get_object(Bucket=self.location.bucket, Key=self.location.key)
+        except Exception as error:
+            if error_code(error) in ("NoSuchKey", "404"):
+                return b"", None
+            raise
+        return bytes(response["Body"].read()), str(response["ETag"])
+
+    def write_if(self, data: bytes, etag: str | None) -> bool:
+        """Write `data` only if the object is still the version `etag` (`If-Match`), or, with None, still absent
+        (`If-None-Match: *`). False when someone wrote it in between: read it again and redo the change."""
+        condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
+        try:
+            self._s3.put_object(Bucket=self.location.bucket, Key=self.location.key, Body=data, **condition)
+        except Exception as error:
+            if precondition_failed(error):
+                return False
+            raise
+        return True
+
     def write_bytes(self, data: bytes) -> int:
         self._s3.put_object(Bucket=self.location.bucket, Key=self.location.key, Body=data)
         return len(data)
@@ -419,3 +443,18 @@ class S3Path:
             for item in page.get("Contents", []):
                 self._s3.delete_object(Bucket=self.location.bucket, Key=item["Key"])
         self.unlink(missing_ok=True)
+
+
+def read_modify_write(target: S3Path, change: Callable[[bytes], bytes], tries: int = 20) -> None:
+    """Replace the object at `target` by `change(its content)` (b"" when absent) with a conditional write, read
+    again and redone when another writer wrote it in between, so no writer's change is lost. After `tries` lost
+    races (each followed by a short random pause), ObjectStoreError naming the object."""
+    for attempt in range(tries):
+        current, etag = target.read_versioned()
+        if target.write_if(change(current), etag):
+            return
+        time.sleep(random.uniform(0.01, 0.05 * (attempt + 1)))
+    raise ObjectStoreError(
+        f"{target} changed under every one of {tries} conditional writes (other writers kept writing it). "
+        "Fix: run again; if it persists, fewer writers at once, e.g. fewer pipelines gating at the same moment"
+    )
