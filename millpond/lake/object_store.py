@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
 
 SCHEMES = ("s3a", "s3")
+DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 
 
 class ObjectStoreError(RuntimeError):
@@ -146,7 +147,7 @@ def client(access: S3Access | None = None) -> Any:
         connect_timeout=5,
         read_timeout=30,
     )
-    return boto3.session.Session().client(
+    s3 = boto3.session.Session().client(
         "s3",
         aws_access_key_id=access.access_key,
         aws_secret_access_key=access.secret_key,
@@ -154,6 +155,19 @@ def client(access: S3Access | None = None) -> Any:
         endpoint_url=access.endpoint,
         config=config,
     )
+    s3.meta.events.register("before-call.s3.DeleteObjects", _content_md5_checksum)
+    return s3
+
+
+def _content_md5_checksum(params: dict[str, Any], **_: Any) -> None:
+    """DeleteObjects must carry a checksum: botocore sends a CRC32 header, which S3-compatible servers such as
+    s3proxy 3.0.0 reject (NotImplemented); Content-MD5, which AWS S3 also accepts, is what they take."""
+    from botocore.utils import conditionally_calculate_md5
+
+    checksum = params.get("context", {}).get("checksum", {})
+    checksum.pop("request_algorithm", None)
+    checksum.pop("request_algorithm_header", None)
+    conditionally_calculate_md5(params)
 
 
 def arrow_filesystem(access: S3Access | None = None) -> S3FileSystem:
@@ -434,15 +448,33 @@ class S3Path:
         self.unlink(missing_ok=True)
         return target
 
-    def remove_tree(self) -> None:
-        """Every object under this prefix (a missing prefix is fine), directory markers included."""
+    def remove_tree(self, batch_size: int = DELETE_BATCH) -> None:
+        """Every object under this prefix (a missing prefix is fine), directory markers included: one DeleteObjects
+        request per `batch_size` keys (at most 1000, S3's limit), each response checked for keys it failed to
+        delete."""
+        if not 0 < batch_size <= DELETE_BATCH:
+            raise ValueError(f"remove_tree: batch_size must be 1 to {DELETE_BATCH}, got {batch_size}")
         pages = self._s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.location.bucket, Prefix=self.location.key + "/"
         )
-        for page in pages:
-            for item in page.get("Contents", []):
-                self._s3.delete_object(Bucket=self.location.bucket, Key=item["Key"])
+        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        for start in range(0, len(keys), batch_size):
+            self._delete_objects(keys[start : start + batch_size])
         self.unlink(missing_ok=True)
+
+    def _delete_objects(self, keys: list[str]) -> None:
+        response = self._s3.delete_objects(
+            Bucket=self.location.bucket, Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True}
+        )
+        errors = response.get("Errors") or []
+        if errors:
+            first = errors[0]
+            raise ObjectStoreError(
+                f"could not delete s3a://{self.location.bucket}/{first.get('Key')} ({first.get('Code')}: "
+                f"{first.get('Message')}) while removing {self} ({len(errors)} key(s) of one request failed). "
+                f"Fix: give the credentials in AWS_ACCESS_KEY_ID delete access to the bucket "
+                f"{self.location.bucket!r}, then run again"
+            )
 
 
 def read_modify_write(target: S3Path, change: Callable[[bytes], bytes], tries: int = 20) -> None:

@@ -157,3 +157,17 @@ def test_a_read_modify_write_that_keeps_losing_the_race_names_the_object(s3_lake
     assert f"{target} changed under every one of 3 conditional writes" in str(refused.value)
     assert "Fix: run again" in str(refused.value)
     assert target.read_text() == "theirs\n" * 3
+
+
+def test_a_tree_is_removed_in_batches_of_keys(s3_lake):
+    table = paths.lake_root() / "silver" / "activity"
+    client = s3_lake.client()
+    keys = [f"lake/silver/activity/part-{n}.parquet" for n in range(7)] + ["lake/silver/activity/_delta_log/0.json"]
+    for key in keys:
+        client.put_object(Bucket=s3_lake.name, Key=key, Body=b"x")
+    client.put_object(Bucket=s3_lake.name, Key="lake/silver/activity_other/kept", Body=b"x")
+    with requests_of(table, "DeleteObjects") as batches:
+        table.remove_tree(batch_size=3)
+    assert batches == [200, 200, 200]  # 8 keys: 3 + 3 + 2, one request each
+    assert s3_lake.keys("lake/") == ["lake/silver/activity_other/kept"]
+    table.remove_tree(batch_size=3)  # a missing tree is fine
