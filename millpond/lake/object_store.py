@@ -265,9 +265,6 @@ class S3Path:
     def __truediv__(self, part: str | os.PathLike[str]) -> S3Path:
         return S3Path(self.location.child(*str(part).split("/")))
 
-    def joinpath(self, *parts: str) -> S3Path:
-        return S3Path(self.location.child(*parts))
-
     def __str__(self) -> str:
         return self.location.url
 
@@ -288,21 +285,8 @@ class S3Path:
         return self.location.key.rsplit("/", 1)[-1]
 
     @property
-    def suffix(self) -> str:
-        name = self.name
-        return name[name.rfind(".") :] if "." in name.lstrip(".") else ""
-
-    @property
-    def stem(self) -> str:
-        return self.name[: len(self.name) - len(self.suffix)] if self.suffix else self.name
-
-    @property
     def parent(self) -> S3Path:
         return S3Path(S3Location(self.location.bucket, self.location.key.rpartition("/")[0]))
-
-    @property
-    def parts(self) -> tuple[str, ...]:
-        return (self.location.bucket, *filter(None, self.location.key.split("/")))
 
     @property
     def url(self) -> str:
@@ -311,20 +295,11 @@ class S3Path:
     def with_name(self, name: str) -> S3Path:
         return self.parent / name
 
-    def with_suffix(self, suffix: str) -> S3Path:
-        return self.with_name(self.stem + suffix)
-
     def relative_to(self, other: S3Path) -> str:
         prefix = other.location.key + "/" if other.location.key else ""
         if other.location.bucket != self.location.bucket or not self.location.key.startswith(prefix):
             raise ValueError(f"{self} is not under {other}")
         return self.location.key[len(prefix) :]
-
-    def resolve(self) -> S3Path:
-        return self
-
-    def is_absolute(self) -> bool:
-        return True
 
     # --- the store
     @property
