@@ -114,7 +114,7 @@ def gated_tables_to_quarantine(pipeline: Pipeline, args: argparse.Namespace) -> 
 
 def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
     """Full refresh: drop checkpoint, data and quarantine, so the table is rebuilt from its source."""
-    lease.fence()  # on object storage: still the pipeline's one writer before the most destructive writes
+    lease.fence(pipeline.name)  # on object storage: still the pipeline's one writer before the most destructive writes
     for table_id in table_ids:
         for path in (
             paths.checkpoint_path(pipeline.name, table_id),
@@ -315,7 +315,7 @@ def _run_locked(
             rebuilds = [t for t in plan.rebuilds if t in owed]
             if rebuilds and not failed:
                 print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
-                lease.fence()
+                lease.fence(pipeline.name)
                 for table_id in rebuilds:  # the table stays readable: its first batch overwrites it in one commit
                     paths.remove_tree(paths.checkpoint_path(pipeline.name, table_id))
                 refresh = rebuilds

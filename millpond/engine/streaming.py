@@ -56,7 +56,7 @@ def start_query(
     result: TableResult,
     listener: ProgressListener,
 ) -> StreamingQuery:
-    lease.fence()  # an object-store lake: a run that lost its lease stops before touching the checkpoint
+    lease.fence(pipeline.name)  # an object-store lake: a run that lost its lease stops before touching the checkpoint
     checkpoint = paths.checkpoint_path(pipeline.name, table.id)
     app_id = f"millpond:{checkpoint_query_id(checkpoint)}"
     df = plan_table(

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlparse
 from millpond.lake import paths
 from millpond.lake.delta_log import TableState
 from millpond.lake.delta_log import latest_version as delta_version
-from millpond.lake.object_store import S3Path
+from millpond.lake.object_store import S3Path, is_object_store
 from millpond.lake.paths import LakePath, as_lake_path
 from millpond.spec import Sink, Table
 
@@ -46,7 +46,9 @@ def files(path: LakePath | str, upto: int) -> set[str]:
             url = urlparse(status["path"])
             # Spark writes the paths URL-encoded: a partition value with a space is `%20` in the log, not in the store.
             local = (
-                f"{url.scheme}://{url.netloc}{unquote(url.path)}" if url.scheme in ("s3a", "s3") else unquote(url.path)
+                f"{url.scheme}://{url.netloc}{unquote(url.path)}"
+                if is_object_store(status["path"])
+                else unquote(url.path)
             )
             if status.get("action", "add") == "add":
                 found.add(local)

@@ -18,7 +18,12 @@ driver per table, so on `s3a://` the pipeline lock is a lease kept in the store 
   s3proxy 3.0.0 deleted despite a wrong `If-Match`).
 
 Every write carries a fresh nonce: servers compute an ETag from the content, and two identical bodies would share an
-ETag, letting a stale `If-Match` succeed.
+ETag, letting a stale `If-Match` succeed. The nonce also tells a holder its own write: when the client retries a PUT
+whose first attempt succeeded but whose reply was lost, the retry gets 412; the lease then reads the object back, and
+if it holds the very record just sent, the write was ours and its ETag is adopted (no false LeaseLost).
+
+A process may hold several pipelines' leases at once (tests, a server running pipelines side by side): `fence()`
+checks the lease of the pipeline it is given, or, given none, every lease the process holds.
 """
 
 from __future__ import annotations
@@ -34,11 +39,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 from millpond import settings
 from millpond.lake.lock import LakeNotWritable, PipelineBusy
-from millpond.lake.object_store import S3Access, S3Location, client
+from millpond.lake.object_store import S3Access, S3Location, client, error_code, precondition_failed
 
 HELD, RELEASED = "held", "released"
 
@@ -87,17 +91,6 @@ class Observed:
     def free(self) -> bool:
         record = self.record
         return record is None or record.state == RELEASED or self.age_seconds >= record.ttl_seconds
-
-
-def _code(error: Exception) -> str:
-    response: dict[str, Any] = getattr(error, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", "")) or str(
-        response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
-    )
-
-
-def _precondition_failed(error: Exception) -> bool:
-    return _code(error) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
 class PipelineLease:
@@ -163,9 +156,12 @@ class PipelineLease:
         try:
             etag = self._put(record, condition)
         except Exception as error:
-            if _precondition_failed(error):  # another contender wrote first
-                return self._read() or Observed(None, "", 0.0)
-            raise
+            if not precondition_failed(error):
+                raise
+            now = self._read()
+            if now is None or now.record != record:  # another contender wrote first
+                return now or Observed(None, "", 0.0)
+            etag = now.etag  # our own write, retried after its reply was lost
         self.generation, self._etag, self._since = record.generation, etag, record.since
         self._valid_until = sent + self.ttl_seconds
         return None
@@ -195,15 +191,17 @@ class PipelineLease:
             try:
                 self._etag = self._put(record, {"IfMatch": self._etag})
             except Exception as error:
-                if not _precondition_failed(error):
+                if not precondition_failed(error):
                     raise
-                self._lost = self._lost_message()
-                raise LeaseLost(self._lost) from None
+                now = self._read()
+                if now is None or now.record != record:
+                    self._lost = self._lost_message(now)
+                    raise LeaseLost(self._lost) from None
+                self._etag = now.etag  # our own renewal, retried after its reply was lost
             self._valid_until = sent + self.ttl_seconds
             return self.generation
 
-    def _lost_message(self) -> str:
-        now = self._read()
+    def _lost_message(self, now: Observed | None) -> str:
         who = now.record.holder() if now is not None and now.record is not None else "no holder"
         generation = now.record.generation if now is not None and now.record is not None else "?"
         return (
@@ -276,7 +274,7 @@ class PipelineLease:
         try:
             response = self._s3.get_object(Bucket=self.location.bucket, Key=self.location.key)
         except Exception as error:
-            if _code(error) in ("NoSuchKey", "404"):
+            if error_code(error) in ("NoSuchKey", "404"):
                 return None
             self._raise_if_unwritable(error)
             raise
@@ -286,7 +284,7 @@ class PipelineLease:
         return Observed(LeaseRecord.from_json(body), str(response["ETag"]), age)
 
     def _raise_if_unwritable(self, error: Exception) -> None:
-        code = _code(error)
+        code = error_code(error)
         if code in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
             raise LakeNotWritable(
                 f"cannot create the pipeline lease {self.url}: {code}. Fix: create the bucket "
@@ -300,22 +298,31 @@ def pipeline_lease(
     lake: str, pipeline: str, run_id: str, wait_seconds: float = 0.0, ttl_seconds: float | None = None
 ) -> Iterator[PipelineLease]:
     """The object-store counterpart of lock.pipeline_lock: held (and renewed) for the block, released after it."""
-    global _held
     lease = PipelineLease(S3Location.parse(lake), pipeline, run_id, ttl_seconds)
     lease.acquire(wait_seconds)
-    _held = lease
+    with _held_mutex:
+        _held[pipeline] = lease
     try:
         yield lease
     finally:
-        _held = None
+        with _held_mutex:
+            if _held.get(pipeline) is lease:
+                del _held[pipeline]
         lease.release()
 
 
-_held: PipelineLease | None = None  # the lease this process's run holds, for fence()
+_held: dict[str, PipelineLease] = {}  # pipeline -> the lease this process holds for it, for fence()
+_held_mutex = threading.Lock()
 
 
-def fence() -> int | None:
-    """Before a commit to the lake: `check()` the lease this process's run holds (LeaseLost if it was taken over),
-    returning its generation; None where there is none to check (a local lake, whose `flock` cannot be lost)."""
-    lease = _held
-    return lease.check() if lease is not None else None
+def fence(pipeline: str | None = None) -> int | None:
+    """Before a commit to the lake: `check()` the lease this process holds for `pipeline` (LeaseLost if it was
+    taken over), returning its generation; None where there is none to check (a local lake, whose `flock` cannot be
+    lost). Without a pipeline, every lease the process holds is checked (a run's process holds one, its own) and
+    the generation returned is that of the last one checked."""
+    with _held_mutex:
+        leases = list(_held.values()) if pipeline is None else [_held[pipeline]] if pipeline in _held else []
+    generation = None
+    for lease in leases:
+        generation = lease.check()
+    return generation

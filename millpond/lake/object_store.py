@@ -16,7 +16,9 @@ import fnmatch
 import functools
 import io
 import os
-from collections.abc import Iterator, Mapping
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -24,10 +26,24 @@ if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
 
 SCHEMES = ("s3a", "s3")
+DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 
 
 class ObjectStoreError(RuntimeError):
     """An object-store location or its access cannot be used; the message names the fix."""
+
+
+def error_code(error: Exception) -> str:
+    """The S3 error code of a botocore error (`NoSuchKey`, `PreconditionFailed`), else its HTTP status, else ""."""
+    response: dict[str, Any] = getattr(error, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", "")) or str(
+        response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+    )
+
+
+def precondition_failed(error: Exception) -> bool:
+    """Whether a conditional write (`If-Match`, `If-None-Match`) was refused because the object changed."""
+    return error_code(error) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
 def is_object_store(location: str | os.PathLike[str]) -> bool:
@@ -131,7 +147,7 @@ def client(access: S3Access | None = None) -> Any:
         connect_timeout=5,
         read_timeout=30,
     )
-    return boto3.session.Session().client(
+    s3 = boto3.session.Session().client(
         "s3",
         aws_access_key_id=access.access_key,
         aws_secret_access_key=access.secret_key,
@@ -139,6 +155,19 @@ def client(access: S3Access | None = None) -> Any:
         endpoint_url=access.endpoint,
         config=config,
     )
+    s3.meta.events.register("before-call.s3.DeleteObjects", _content_md5_checksum)
+    return s3
+
+
+def _content_md5_checksum(params: dict[str, Any], **_: Any) -> None:
+    """DeleteObjects must carry a checksum: botocore sends a CRC32 header, which S3-compatible servers such as
+    s3proxy 3.0.0 reject (NotImplemented); Content-MD5, which AWS S3 also accepts, is what they take."""
+    from botocore.utils import conditionally_calculate_md5
+
+    checksum = params.get("context", {}).get("checksum", {})
+    checksum.pop("request_algorithm", None)
+    checksum.pop("request_algorithm_header", None)
+    conditionally_calculate_md5(params)
 
 
 def arrow_filesystem(access: S3Access | None = None) -> S3FileSystem:
@@ -236,9 +265,6 @@ class S3Path:
     def __truediv__(self, part: str | os.PathLike[str]) -> S3Path:
         return S3Path(self.location.child(*str(part).split("/")))
 
-    def joinpath(self, *parts: str) -> S3Path:
-        return S3Path(self.location.child(*parts))
-
     def __str__(self) -> str:
         return self.location.url
 
@@ -259,21 +285,8 @@ class S3Path:
         return self.location.key.rsplit("/", 1)[-1]
 
     @property
-    def suffix(self) -> str:
-        name = self.name
-        return name[name.rfind(".") :] if "." in name.lstrip(".") else ""
-
-    @property
-    def stem(self) -> str:
-        return self.name[: len(self.name) - len(self.suffix)] if self.suffix else self.name
-
-    @property
     def parent(self) -> S3Path:
         return S3Path(S3Location(self.location.bucket, self.location.key.rpartition("/")[0]))
-
-    @property
-    def parts(self) -> tuple[str, ...]:
-        return (self.location.bucket, *filter(None, self.location.key.split("/")))
 
     @property
     def url(self) -> str:
@@ -282,20 +295,11 @@ class S3Path:
     def with_name(self, name: str) -> S3Path:
         return self.parent / name
 
-    def with_suffix(self, suffix: str) -> S3Path:
-        return self.with_name(self.stem + suffix)
-
     def relative_to(self, other: S3Path) -> str:
         prefix = other.location.key + "/" if other.location.key else ""
         if other.location.bucket != self.location.bucket or not self.location.key.startswith(prefix):
             raise ValueError(f"{self} is not under {other}")
         return self.location.key[len(prefix) :]
-
-    def resolve(self) -> S3Path:
-        return self
-
-    def is_absolute(self) -> bool:
-        return True
 
     # --- the store
     @property
@@ -359,13 +363,35 @@ class S3Path:
         try:
             response = self._s3.get_object(Bucket=self.location.bucket, Key=self.location.key)
         except Exception as error:
-            if _error_code(error) in ("NoSuchKey", "404"):
+            if error_code(error) in ("NoSuchKey", "404"):
                 raise FileNotFoundError(str(self)) from None
             raise
         return bytes(response["Body"].read())
 
     def read_text(self, encoding: str | None = "utf-8") -> str:
         return self.read_bytes().decode(encoding or "utf-8")
+
+    def read_versioned(self) -> tuple[bytes, str | None]:
+        """The object's content and version (ETag), for a `write_if`; (b"", None) when there is no object."""
+        try:
+            response = self._s3.get_object(Bucket=self.location.bucket, Key=self.location.key)
+        except Exception as error:
+            if error_code(error) in ("NoSuchKey", "404"):
+                return b"", None
+            raise
+        return bytes(response["Body"].read()), str(response["ETag"])
+
+    def write_if(self, data: bytes, etag: str | None) -> bool:
+        """Write `data` only if the object is still the version `etag` (`If-Match`), or, with None, still absent
+        (`If-None-Match: *`). False when someone wrote it in between: read it again and redo the change."""
+        condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
+        try:
+            self._s3.put_object(Bucket=self.location.bucket, Key=self.location.key, Body=data, **condition)
+        except Exception as error:
+            if precondition_failed(error):
+                return False
+            raise
+        return True
 
     def write_bytes(self, data: bytes) -> int:
         self._s3.put_object(Bucket=self.location.bucket, Key=self.location.key, Body=data)
@@ -397,16 +423,45 @@ class S3Path:
         self.unlink(missing_ok=True)
         return target
 
-    def remove_tree(self) -> None:
-        """Every object under this prefix (a missing prefix is fine), directory markers included."""
+    def remove_tree(self, batch_size: int = DELETE_BATCH) -> None:
+        """Every object under this prefix (a missing prefix is fine), directory markers included: one DeleteObjects
+        request per `batch_size` keys (at most 1000, S3's limit), each response checked for keys it failed to
+        delete."""
+        if not 0 < batch_size <= DELETE_BATCH:
+            raise ValueError(f"remove_tree: batch_size must be 1 to {DELETE_BATCH}, got {batch_size}")
         pages = self._s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.location.bucket, Prefix=self.location.key + "/"
         )
-        for page in pages:
-            for item in page.get("Contents", []):
-                self._s3.delete_object(Bucket=self.location.bucket, Key=item["Key"])
+        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        for start in range(0, len(keys), batch_size):
+            self._delete_objects(keys[start : start + batch_size])
         self.unlink(missing_ok=True)
 
+    def _delete_objects(self, keys: list[str]) -> None:
+        response = self._s3.delete_objects(
+            Bucket=self.location.bucket, Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True}
+        )
+        errors = response.get("Errors") or []
+        if errors:
+            first = errors[0]
+            raise ObjectStoreError(
+                f"could not delete s3a://{self.location.bucket}/{first.get('Key')} ({first.get('Code')}: "
+                f"{first.get('Message')}) while removing {self} ({len(errors)} key(s) of one request failed). "
+                f"Fix: give the credentials in AWS_ACCESS_KEY_ID delete access to the bucket "
+                f"{self.location.bucket!r}, then run again"
+            )
 
-def _error_code(error: Exception) -> str:
-    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
+
+def read_modify_write(target: S3Path, change: Callable[[bytes], bytes], tries: int = 20) -> None:
+    """Replace the object at `target` by `change(its content)` (b"" when absent) with a conditional write, read
+    again and redone when another writer wrote it in between, so no writer's change is lost. After `tries` lost
+    races (each followed by a short random pause), ObjectStoreError naming the object."""
+    for attempt in range(tries):
+        current, etag = target.read_versioned()
+        if target.write_if(change(current), etag):
+            return
+        time.sleep(random.uniform(0.01, 0.05 * (attempt + 1)))
+    raise ObjectStoreError(
+        f"{target} changed under every one of {tries} conditional writes (other writers kept writing it). "
+        "Fix: run again; if it persists, fewer writers at once, e.g. fewer pipelines gating at the same moment"
+    )

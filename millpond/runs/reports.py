@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from millpond import settings
 from millpond.lake import paths
-from millpond.lake.object_store import S3Path
+from millpond.lake.object_store import S3Path, read_modify_write
 from millpond.lake.paths import LakePath
 from millpond.runs.run_record import is_cli_run_id
 
@@ -53,11 +53,10 @@ def record(entry: dict[str, Any]) -> LakePath:
     """Append one validated batch to the history and rebuild the index page; returns the index path."""
     target = history_path()
     line = json.dumps(entry, default=str) + "\n"
-    # No append on object storage: a read and a rewrite. The history is the lake's, not one pipeline's, so two
-    # pipelines gating at once can lose a line (docs/object-storage.md#what-does-not-work-yet).
+    # No append on object storage: a read and a conditional rewrite of the version read, redone if another
+    # pipeline gating at the same moment wrote in between (the history is the lake's, not one pipeline's).
     if isinstance(target, S3Path):
-        previous = target.read_text(encoding="utf-8") if target.exists() else ""
-        target.write_text(previous + line, encoding="utf-8")
+        read_modify_write(target, lambda previous: previous + line.encode("utf-8"))
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "a", encoding="utf-8") as handle:  # one short O_APPEND write per line

@@ -4,13 +4,15 @@ takes, reaching the bucket through S3Path (millpond.lake.object_store) and delta
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import pytest
 
 from millpond.lake import delta_log, paths, pending_reprocess, system_tables
 from millpond.lake.checkpoints import landed_files, log_files
-from millpond.lake.object_store import S3Path
+from millpond.lake.object_store import ObjectStoreError, S3Path, read_modify_write
 from millpond.runs import reports, run_summary
 
 pytestmark = pytest.mark.integration
@@ -85,3 +87,87 @@ def test_system_tables_run_summaries_and_reports_land_in_the_bucket(s3_lake):
     assert str(index) == f"s3a://{s3_lake.name}/lake/_reports/index.html"
     assert [e["batch_id"] for e in reports.history()] == [0, 1]
     assert "silver.activity" in index.read_text()
+
+
+@contextmanager
+def requests_of(path: S3Path, operation: str) -> Iterator[list[int]]:
+    """The status of every `operation` request the lake's own client makes while the block runs."""
+    statuses: list[int] = []
+
+    def seen(http_response, **_):
+        statuses.append(http_response.status_code)
+
+    events = path._s3.meta.events
+    events.register(f"after-call.s3.{operation}", seen)
+    try:
+        yield statuses
+    finally:
+        events.unregister(f"after-call.s3.{operation}", seen)
+
+
+def gate_entry(number: int) -> dict:
+    return {
+        "pipeline": f"pipeline{number}",
+        "run_id": f"run-{number}",
+        "table": "silver.activity",
+        "suite": "silver.activity",
+        "batch_id": number,
+        "mode": "run",
+        "outcome": "passed",
+        "element_count": 1,
+        "validated_at": datetime.now(UTC).isoformat(),
+        "expectations": [],
+        "report_path": None,
+    }
+
+
+def test_a_gate_line_written_between_our_read_and_our_write_is_kept(s3_lake):
+    """Two pipelines gating at once, in the order that lost a line: both read the history, the other writes first.
+    (The order is forced rather than left to threads: s3proxy 3.0.0 checks a PUT's condition and then writes,
+    so writers racing within the same instant can all pass it, which AWS S3 never lets happen.)"""
+    history = reports.history_path()
+    reports.record(gate_entry(0))
+    interrupted: list[int] = []
+
+    def the_other_pipeline_gates(**_) -> None:  # just after our read of the history
+        if not interrupted:
+            interrupted.append(1)
+            reports.record(gate_entry(1))
+
+    events = history._s3.meta.events
+    events.register("after-call.s3.GetObject", the_other_pipeline_gates)
+    try:
+        with requests_of(history, "PutObject") as puts:
+            reports.record(gate_entry(2))
+    finally:
+        events.unregister("after-call.s3.GetObject", the_other_pipeline_gates)
+    assert [e["batch_id"] for e in reports.history()] == [0, 1, 2]
+    assert 412 in puts  # our first write was refused (the history had changed), then redone on the new version
+
+
+def test_a_read_modify_write_that_keeps_losing_the_race_names_the_object(s3_lake):
+    target = paths.lake_root() / "_reports" / "history.jsonl"
+
+    def change_while_another_writes(current: bytes) -> bytes:
+        target.write_bytes(current + b"theirs\n")  # another writer, in between every read and write
+        return current + b"ours\n"
+
+    with pytest.raises(ObjectStoreError) as refused:
+        read_modify_write(target, change_while_another_writes, tries=3)
+    assert f"{target} changed under every one of 3 conditional writes" in str(refused.value)
+    assert "Fix: run again" in str(refused.value)
+    assert target.read_text() == "theirs\n" * 3
+
+
+def test_a_tree_is_removed_in_batches_of_keys(s3_lake):
+    table = paths.lake_root() / "silver" / "activity"
+    client = s3_lake.client()
+    keys = [f"lake/silver/activity/part-{n}.parquet" for n in range(7)] + ["lake/silver/activity/_delta_log/0.json"]
+    for key in keys:
+        client.put_object(Bucket=s3_lake.name, Key=key, Body=b"x")
+    client.put_object(Bucket=s3_lake.name, Key="lake/silver/activity_other/kept", Body=b"x")
+    with requests_of(table, "DeleteObjects") as batches:
+        table.remove_tree(batch_size=3)
+    assert batches == [200, 200, 200]  # 8 keys: 3 + 3 + 2, one request each
+    assert s3_lake.keys("lake/") == ["lake/silver/activity_other/kept"]
+    table.remove_tree(batch_size=3)  # a missing tree is fine

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from millpond.lake import lease as lease_module
 from millpond.lake.lease import LeaseLost, LeaseRecord, PipelineBusy, PipelineLease, pipeline_lease
 from tests.support import REPO
 
@@ -168,3 +169,69 @@ def test_the_pipeline_lock_on_an_object_store_lake_is_the_lease(s3_bucket, monke
                 pass
         assert held.check() == 1
     assert stored(s3_bucket).state == "released"
+
+
+def lose_next_reply(holder: PipelineLease) -> list[int]:
+    """The holder's next PutObject reaches the store and is written, then its reply is lost (the connection drops):
+    botocore's own retry sends it again. Returns the status of every attempt the store answered, as it goes."""
+    from botocore.exceptions import ConnectionClosedError
+
+    s3 = holder._s3
+    answered: list[int] = []
+
+    def send_then_drop(request, **_):
+        response = s3._endpoint.http_session.send(request)
+        answered.append(response.status_code)
+        if len(answered) == 1:
+            raise ConnectionClosedError(endpoint_url=request.url)
+        return response
+
+    s3.meta.events.register("before-send.s3.PutObject", send_then_drop)
+    return answered
+
+
+def test_a_renewal_whose_reply_was_lost_keeps_the_lease(s3_bucket):
+    holder = lease(s3_bucket, "run-1", renew=False)
+    assert holder.acquire() == 1
+    answered = lose_next_reply(holder)
+    assert holder.check() == 1  # the retry was refused (412): the lease holds our own write, so it is still ours
+    assert answered == [200, 412]
+    assert holder.check() == 1  # and the version it adopted is the stored one: the next renewal's If-Match holds
+    assert answered == [200, 412, 200]
+    assert stored(s3_bucket).run_id == "run-1" and stored(s3_bucket).state == "held"
+    holder.release()
+    assert stored(s3_bucket).state == "released"
+
+
+def test_an_acquisition_whose_reply_was_lost_takes_the_lease(s3_bucket):
+    holder = lease(s3_bucket, "run-1", renew=False)
+    answered = lose_next_reply(holder)
+    assert holder.acquire() == 1  # created (If-None-Match: *), retried, refused: our record, so the lease is ours
+    assert answered == [200, 412]
+    with pytest.raises(PipelineBusy):
+        lease(s3_bucket, "run-2").acquire()
+    assert holder.check() == 1
+    holder.release()
+
+
+def test_two_pipelines_leases_in_one_process_are_fenced_each_on_its_own(s3_bucket):
+    lake = s3_bucket.location("lake").url
+    with pipeline_lease(lake, "sales", "run-0", ttl_seconds=30):
+        pass  # sales's next holder is generation 2, activity's is 1
+    assert lease_module.fence() is None  # nothing held
+    with (
+        pipeline_lease(lake, "activity", "run-a", ttl_seconds=30) as activity,
+        pipeline_lease(lake, "sales", "run-s", ttl_seconds=30) as sales,
+    ):
+        assert (lease_module.fence("activity"), lease_module.fence("sales")) == (1, 2)
+        assert lease_module.fence("other") is None
+        # Another run takes activity's lease over (as one does once it lapses): only activity's fence fails.
+        taken = LeaseRecord("activity", 2, "held", "run-b", 1, "elsewhere", "now", 30.0, "n")
+        s3_bucket.client().put_object(Bucket=s3_bucket.name, Key=activity.location.key, Body=taken.to_json())
+        with pytest.raises(LeaseLost, match="run run-a lost its lease"):
+            lease_module.fence("activity")
+        assert lease_module.fence("sales") == 2 and sales.check() == 2
+        with pytest.raises(LeaseLost):
+            lease_module.fence()  # a caller naming no pipeline checks every lease the process holds
+    assert lease_module.fence("sales") is None and lease_module.fence() is None
+    assert stored(s3_bucket).run_id == "run-b"  # the lost lease was left to its new holder
