@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import json
-from urllib.parse import unquote, urlparse
 
 from millpond.lake import paths
 from millpond.lake.delta_log import TableState
@@ -43,11 +42,8 @@ def files(path: LakePath | str, upto: int) -> set[str]:
             continue
         for line in entry.read_text().splitlines()[1:]:  # first line: the log's version (`v1`)
             status = json.loads(line)
-            url = urlparse(status["path"])
             # Spark writes the paths URL-encoded: a partition value with a space is `%20` in the log, not in the store.
-            local = (
-                f"{url.scheme}://{url.netloc}{unquote(url.path)}" if url.scheme in ("s3a", "s3") else unquote(url.path)
-            )
+            local = paths.from_uri(status["path"])
             if status.get("action", "add") == "add":
                 found.add(local)
             else:
