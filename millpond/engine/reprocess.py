@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import unquote, urlparse
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,8 +29,9 @@ from millpond.engine import sources
 from millpond.engine.faults import inject_fault
 from millpond.engine.plan import plan_table
 from millpond.engine.streaming import TableFailed, gate_message
-from millpond.lake import checkpoints, paths, pending_reprocess
+from millpond.lake import checkpoints, lease, paths, pending_reprocess
 from millpond.lake.delta_log import latest_version as delta_version
+from millpond.lake.object_store import S3Location, S3Path, landed_objects
 from millpond.lake.paths import LakePath
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table
@@ -102,6 +103,7 @@ def replace_slices(
     if unclosed:  # a stateful table outside this run reads a replaced table: its live state holds the interval
         raise Refused(unclosed)
     # Owed: each changing slice, and every table reading one (its stream skips the replacement).
+    lease.fence()  # on object storage: still the pipeline's one writer (commit() checks again before each table)
     pending_reprocess.begin(pipeline.name, interval.text, pipeline.downstream(list(changing)))
     for table_id, piece in changing.items():
         commit(spark, piece, interval, run, results[table_id])
@@ -119,11 +121,8 @@ def landing_slice(
     assert source is not None  # plan_reprocess: a landing table
     interval = plan.interval
     root = paths.landing_path(source.path)
-    seen = checkpoints.seen_files(pipeline, table)
-    local = {uri: unquote(urlparse(uri).path) for uri in seen}
     folders = [str(root / folder) + "/" for folder in layout_folders(source.layout, interval)] if source.layout else []
-    wanted = [path for path in local.values() if not folders or path.startswith(tuple(folders))]
-    present = sorted(path for path in wanted if paths.as_lake_path(path).is_file())
+    present = interval_files(checkpoints.seen_files(pipeline, table), root, folders)
     in_interval = F.expr(interval.slice_sql(column))
     path = str(paths.table_path(table.id))
     if present:
@@ -157,6 +156,37 @@ def landing_slice(
         held = _files_under(spark, quarantine, "source_file", folders) if delta_version(quarantine) >= 0 else set()
         quarantine_condition = _in_list("source_file", held | read_now)
     return Slice(table, rows, condition, bad, quarantine_condition, len(present))
+
+
+class FilesGone(RuntimeError):
+    """The stream's log names files of the interval and the store returns none of them: a slice read from nothing
+    would replace the interval's rows with nothing."""
+
+
+def interval_files(seen: list[str], root: LakePath, folders: list[str]) -> list[str]:
+    """What a landing slice reads: the files the stream logged as read (`seen`, URIs as Spark wrote them) that lie in
+    the interval's layout folders (all of them without a layout) and that the landing folder holds now, as Spark
+    reads them (local paths, or `s3a://` URLs on the store: one listing per folder, no request per file).
+
+    A file removed since is left out, so its rows go with the slice. If the log names files and NONE of them is
+    found (the store unreachable as configured, the files moved, a wrong mapping of names), FilesGone names them:
+    replacing the interval's rows with nothing would lose them silently.
+    """
+    wanted = sorted({f for f in map(paths.from_uri, seen) if not folders or f.startswith(tuple(folders))})
+    if isinstance(root, S3Path):
+        bases = [folder.rstrip("/") for folder in folders] or [str(root)]
+        listed = {f"{base}/{name}" for base in bases for name, _, _ in landed_objects(S3Location.parse(base))}
+        present = [f for f in wanted if f in listed]
+    else:
+        present = [f for f in wanted if Path(f).is_file()]
+    if wanted and not present:
+        names = ", ".join(wanted[:5]) + (f" and {len(wanted) - 5} more" if len(wanted) > 5 else "")
+        raise FilesGone(
+            f"the stream logged {len(wanted)} file(s) of the interval as read and {root} holds none of them now: "
+            f"{names}. Nothing was replaced. Fix: check that MILLPOND_LAKE (and on object storage the AWS_* "
+            "variables) reach those files; if they were all removed on purpose, rebuild with --full-refresh"
+        )
+    return present
 
 
 def derived_slice(
@@ -224,12 +254,14 @@ def commit(spark: SparkSession, piece: Slice, interval: Interval, run: RunContex
     replaced = spark.read.format("delta").load(str(path)).where(piece.condition).count()
     written = piece.rows.count()
     inject_fault(table_id, "before_replace")
+    lease.fence()
     _replace(piece.rows, path, piece.condition, note, replaces=replaced > 0)
     result.rows_replaced = (result.rows_replaced or 0) + replaced
     result.rows_written += written
     quarantined = piece.quarantine.count() if piece.quarantine is not None else 0
     if piece.quarantine is not None and (quarantined or delta_version(quarantine) >= 0):
         inject_fault(table_id, "between_replaces")
+        lease.fence()
         result.rows_quarantined += quarantined
         _replace(piece.quarantine, quarantine, piece.quarantine_condition, note)
     result.version_after = delta_version(path)
@@ -293,12 +325,12 @@ def _shape_for_drift(spark: SparkSession, pipeline: Pipeline, table: Table, good
 def _files_under(
     spark: SparkSession, path: str, column: str, folders: list[str], where: object | None = None
 ) -> set[str]:
-    """The distinct file names a table's rows hold (as stored) whose local path lies in one of the folders."""
+    """The distinct file names a table's rows hold (as stored) whose location lies in one of the folders."""
     frame = spark.read.format("delta").load(path)
     if where is not None:
         frame = frame.where(where)  # type: ignore[arg-type]
     names = [r[0] for r in frame.select(column).distinct().collect() if r[0]]
-    return {name for name in names if unquote(urlparse(name).path).startswith(tuple(folders))}
+    return {name for name in names if paths.from_uri(name).startswith(tuple(folders))}
 
 
 def _names(frame: DataFrame, column: str) -> set[str]:

@@ -20,7 +20,6 @@ from millpond.engine import connect_server, driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
-from millpond.lake.object_store import S3Path
 from millpond.runs import event_log
 from millpond.runs.run_record import RunContext, TableResult, cli_run_id
 from millpond.settings import SettingError
@@ -176,13 +175,6 @@ def reprocess_plan(pipeline: Pipeline, tables: list[str], args: argparse.Namespa
     if not args.reprocess or args.reprocess.lower() == "none":
         return unfinished_reprocess(pipeline, tables)
     interval = parse_interval(args.reprocess)
-    if isinstance(paths.lake_root(), S3Path):  # its slices read the interval's files by local path
-        raise SpecError(
-            [
-                "--reprocess: not yet on a lake on object storage (docs/object-storage.md#what-does-not-work-yet). "
-                "Fix: rebuild with --full-refresh, or reprocess with the lake on a folder"
-            ]
-        )
     if args.full_refresh:
         raise SpecError(["--reprocess and --full-refresh: choose one (a full refresh already rebuilds every interval)"])
     plan = plan_reprocess(pipeline, tables, interval)

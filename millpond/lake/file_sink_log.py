@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import csv
 import json
-from urllib.parse import unquote, urlparse
 
 from millpond.lake import paths
 from millpond.lake.delta_log import TableState
 from millpond.lake.delta_log import latest_version as delta_version
-from millpond.lake.object_store import S3Path, is_object_store
+from millpond.lake.object_store import S3Path
 from millpond.lake.paths import LakePath, as_lake_path
 from millpond.spec import Sink, Table
 
@@ -43,13 +42,8 @@ def files(path: LakePath | str, upto: int) -> set[str]:
             continue
         for line in entry.read_text().splitlines()[1:]:  # first line: the log's version (`v1`)
             status = json.loads(line)
-            url = urlparse(status["path"])
             # Spark writes the paths URL-encoded: a partition value with a space is `%20` in the log, not in the store.
-            local = (
-                f"{url.scheme}://{url.netloc}{unquote(url.path)}"
-                if is_object_store(status["path"])
-                else unquote(url.path)
-            )
+            local = paths.from_uri(status["path"])
             if status.get("action", "add") == "add":
                 found.add(local)
             else:

@@ -20,9 +20,10 @@ import os
 import shutil
 from pathlib import Path
 from typing import TypeAlias
+from urllib.parse import unquote, urlparse
 
 from millpond import settings
-from millpond.lake.object_store import S3Path, is_object_store
+from millpond.lake.object_store import SCHEMES, S3Path, is_object_store
 
 LakePath: TypeAlias = Path | S3Path
 
@@ -40,6 +41,15 @@ def as_lake_path(location: str | os.PathLike[str] | S3Path) -> LakePath:
     if isinstance(location, S3Path):
         return location
     return S3Path(str(location)) if is_object_store(location) else Path(location)
+
+
+def from_uri(uri: str) -> str:
+    """A file's URI as Spark logs and reports it (`file:/...`, `s3a://bucket/...`, percent-encoded) -> the location it
+    names, decoded: a local path, or an `s3a://` URL on the store (`s3://` names the same store)."""
+    url = urlparse(uri)
+    if url.scheme.lower() in SCHEMES:
+        return f"s3a://{url.netloc}{unquote(url.path)}"
+    return unquote(url.path)
 
 
 def write_atomically(path: LakePath, text: str) -> None:

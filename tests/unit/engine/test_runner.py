@@ -30,14 +30,6 @@ def s3a_lake(monkeypatch):
     monkeypatch.delenv("MILLPOND_PIPELINES", raising=False)
 
 
-def test_a_reprocess_on_an_object_store_lake_is_refused_before_anything_is_replaced(s3a_lake, capsys):
-    """Its slices read the interval's files by local path: on s3a they would find none and replace the interval's
-    rows with nothing."""
-    assert runner.main(["activity", "--reprocess", "2026-11-01T00:00:00Z/2026-11-01T01:00:00Z"]) == 2
-    err = capsys.readouterr().err
-    assert "--reprocess: not yet on a lake on object storage" in err and "--full-refresh" in err
-
-
 def test_a_run_on_the_engine_with_an_object_store_lake_says_it_needs_a_folder(s3a_lake, monkeypatch, capsys):
     monkeypatch.setenv("SPARK_REMOTE", "sc://localhost:1/")
     assert runner.main(["activity"]) == 2
