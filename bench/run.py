@@ -520,7 +520,7 @@ def spark_submit() -> str:
 def submit_args() -> list[str]:
     from millpond.airflow.spark_app import spark_conf
 
-    conf = [arg for key, value in spark_conf().items() for arg in ("--conf", f"{key}={value}")]
+    conf = [arg for key, value in spark_conf("local[2]").items() for arg in ("--conf", f"{key}={value}")]
     return ["--master", "local[2]", "--jars", ",".join(jars.spark_jars()), *conf]
 
 

@@ -122,9 +122,9 @@ class MillpondSparkSubmitOperator(BaseOperator):
                 return
             if self.run_on_engine():  # SPARK_REMOTE: the engine (millpond.engine.connect_server), no spark-submit
                 return
-            self.submit(access)
+            self.submit()
 
-    def submit(self, access: dict[str, str]) -> None:
+    def submit(self) -> None:
         """spark-submit of the runner: jars, code, conf and environment resolved now, on the worker."""
         master = spark_master(self._conn_id)
         self.log.info("Spark master %s (connection %r)", master, self._conn_id)
@@ -133,8 +133,9 @@ class MillpondSparkSubmitOperator(BaseOperator):
         self.conf = {**spark_conf(master), **self.conf}
         self.choose_driver_jit()
         # The driver imports millpond from the zip too, where the repo-relative defaults do not exist. The lake's
-        # credentials go into spark-submit's environment, never onto its command line.
-        self.env_vars = {**job_env(), **access, **self.env_vars}
+        # credentials are not among them: spark-submit inherits them from this process's environment (lake_access),
+        # since the provider turns env_vars into --conf arguments under a yarn or k8s master.
+        self.env_vars = {**job_env(), **self.env_vars}
         self._hook = self.build_hook()
         try:
             self._hook.submit(self.application)

@@ -8,7 +8,7 @@ the lake is usually not on the user's machine. The sub-app reuses the API server
 keeps in its `_token` cookie, or a bearer token) and asks the auth manager whether the user may read DAG runs, so
 anonymous requests get 401 like `/api/v2`. Paths are resolved inside the reports folder: `..`, absolute paths and
 symlinks that leave it are refused. On an object-store lake the same pages are read from the bucket, with the
-API server's own access to it (the standard AWS_* variables, or the `aws_millpond` connection: spark_app).
+API server's own access to it (the standard AWS_* variables; it does not read the `aws_millpond` connection).
 
 In the UI: the task instances of `quality_gate`, `ingest` and `gold` carry an extra link "Data-quality report"
 (its URL is computed when the task finishes and stored as an XCom, the Airflow 3 way), and each DAG run page has a

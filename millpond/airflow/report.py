@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from millpond import settings
 from millpond.lake import paths
 from millpond.runs import reports, run_summary
 
@@ -38,7 +37,7 @@ def main(argv: list[str]) -> int:
     print(format_summary(summary["tables"]))
     print("\nWhere to look:")
     print(f"  run summary   {run_summary.summary_path(pipeline, summary['run_id'])}")
-    print(f"  tables        {settings.lake_root()}/<layer>/<table>   event log {paths.event_log_path()}")
+    print(f"  tables        {paths.lake_root()}/<layer>/<table>   event log {paths.event_log_path()}")
     print(f"  quality gate  {reports.index_path()}")
     for table in summary["tables"]:
         if (table.get("gate") or {}).get("report_path"):

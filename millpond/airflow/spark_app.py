@@ -119,12 +119,22 @@ def lake_access_env() -> dict[str, str]:
     return {key: str(value) for key, value in found.items() if value}
 
 
+# The worker's own variables that would mix with a connection's keys: a session token signs only with the keys it
+# came with, and AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL (millpond.lake.object_store).
+SHADOWING = ("AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_PROFILE")
+
+
 @contextlib.contextmanager
 def lake_access() -> Iterator[dict[str, str]]:
     """While a task works: the connection's `AWS_*` (lake_access_env) in this process's environment, for what the
-    task reads itself (the no-new-data check, run summaries) and what it starts; restored afterwards."""
+    task reads itself (the no-new-data check, run summaries) and what it starts (spark-submit, the engine's runner
+    inherit it); restored afterwards. When the connection has keys, the worker's own token, endpoint, region and
+    profile are set aside for the while: the connection alone says how to reach the lake."""
     found = lake_access_env()
-    saved = {key: os.environ.get(key) for key in found}
+    cleared = [key for key in SHADOWING if key not in found] if "AWS_ACCESS_KEY_ID" in found else []
+    saved = {key: os.environ.get(key) for key in [*found, *cleared]}
+    for key in cleared:
+        os.environ.pop(key, None)
     os.environ.update(found)
     try:
         yield found

@@ -82,20 +82,23 @@ def test_spark_submit_command_line_carries_no_secret(monkeypatch):
 def test_an_object_store_lakes_credentials_come_from_the_airflow_connection_into_the_environment_only(
     monkeypatch, tmp_path
 ):
-    """A task on an s3a lake: the AWS connection's keys reach spark-submit's environment, never its command line;
-    the s3a jars go to the cluster's executors with --jars, the endpoint as a setting."""
+    """A task on an s3a lake, through the operator's own submit(): the AWS connection's keys are in spark-submit's
+    environment (inherited), never on its command line or in the task's env_vars (which the provider turns into
+    --conf under yarn/k8s); the worker's own session token is set aside; the s3a jars go to the cluster's executors
+    with --jars, the endpoint as a setting; the task's environment is restored afterwards."""
     from airflow.dag_processing.dagbag import DagBag
 
     from millpond.airflow import spark_app
-    from millpond.engine import jars
+    from millpond.airflow.hooks import MillpondSparkSubmitHook
 
     secret, key_id = secrets.token_urlsafe(16), secrets.token_hex(8)
     s3a_jars = tmp_path / "s3a-jars"
     s3a_jars.mkdir()
     for name in ("hadoop-aws-3.5.0.jar", "bundle-2.24.6.jar"):  # names only: the command is built, not run
         (s3a_jars / name).write_bytes(b"")
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"):
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION"):
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "the-workers-own-token")
     monkeypatch.setenv("MILLPOND_LAKE", "s3a://lakes/prod")
     monkeypatch.setenv("MILLPOND_S3A_JARS", str(s3a_jars))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_MILLPOND", '{"conn_type": "spark", "host": "spark://127.0.0.1:7077"}')
@@ -104,17 +107,32 @@ def test_an_object_store_lakes_credentials_come_from_the_airflow_connection_into
         "AIRFLOW_CONN_AWS_MILLPOND",
         json.dumps({"conn_type": "aws", "login": key_id, "password": secret, "extra": extra}),
     )
+    submitted: dict = {}
+
+    def record(hook, application: str = "", **kwargs) -> None:  # what spark-submit would be started with
+        submitted["command"] = hook._build_spark_submit_command(application)
+        submitted["environment"] = {**os.environ, **(hook._env or {})}
+
+    monkeypatch.setattr(MillpondSparkSubmitHook, "submit", record)
     task = DagBag(dag_folder=str(REPO / "dags")).dags["activity"].get_task("ingest")
-    with spark_app.lake_access() as access:
-        assert access["AWS_SECRET_ACCESS_KEY"] == secret and access["AWS_ENDPOINT_URL"] == extra["endpoint_url"]
-        master = spark_app.spark_master()
-        task.jars = ",".join([*jars.spark_jars(), *spark_app.lake_jars(master)])
-        task.conf = {**spark_app.spark_conf(master), **(task.conf or {})}
-        task.env_vars = {**spark_app.job_env(), **access, **(task.env_vars or {})}
-    assert "AWS_SECRET_ACCESS_KEY" not in os.environ, "the task's environment is restored after its work"
-    command = task.build_hook()._build_spark_submit_command(task.application)
+    rendered = {
+        "--run-id": "r1",
+        "--trigger": "manual",
+        "--data-interval-start": "none",
+        "--data-interval-end": "none",
+        "--full-refresh": "",
+    }
+    args = task.application_args
+    task.application_args = [rendered.get(args[i - 1], arg) if "{{" in arg else arg for i, arg in enumerate(args)]
+    with spark_app.lake_access():
+        task.submit()
+    command, environment = submitted["command"], submitted["environment"]
     assert not [arg for arg in command if secret in arg or key_id in arg]
+    assert not [value for value in task.env_vars.values() if secret in value]
+    assert environment["AWS_SECRET_ACCESS_KEY"] == secret and environment["AWS_ACCESS_KEY_ID"] == key_id
+    assert environment["AWS_REGION"] == "eu-west-1" and "AWS_SESSION_TOKEN" not in environment
+    assert environment["MILLPOND_LAKE"] == "s3a://lakes/prod"
     assert str(s3a_jars / "hadoop-aws-3.5.0.jar") in command[command.index("--jars") + 1]
     assert "spark.hadoop.fs.s3a.endpoint=http://127.0.0.1:9000" in command
-    assert task.env_vars["MILLPOND_LAKE"] == "s3a://lakes/prod"
-    assert task.env_vars["AWS_ACCESS_KEY_ID"] == key_id and task.env_vars["AWS_REGION"] == "eu-west-1"
+    assert "AWS_SECRET_ACCESS_KEY" not in os.environ, "the task's environment is restored after its work"
+    assert os.environ["AWS_SESSION_TOKEN"] == "the-workers-own-token"
