@@ -11,11 +11,11 @@ import importlib.metadata
 import os
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from millpond.airflow.plugin import MOUNT, MillpondPlugin, ReportLink, report_url_path
 from millpond.runs import reports, run_summary
+from tests.support.report_viewer import admin_token, viewer_client
 
 pytestmark = pytest.mark.unit
 
@@ -24,21 +24,12 @@ PAGE = "<html><body>gate report for batch 3</body></html>"
 
 @pytest.fixture(scope="module")
 def token() -> str:
-    from airflow.api_fastapi.app import init_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-    from airflow.utils.db import upgradedb
-
-    upgradedb()  # `airflow db migrate` of the test session's AIRFLOW_HOME: token checks read `revoked_token`
-    manager = init_auth_manager()
-    return manager.generate_jwt(SimpleAuthManagerUser(username="admin", role="admin"))
+    return admin_token()
 
 
 @pytest.fixture
 def client(lake, token):
-    root = FastAPI()
-    for sub in MillpondPlugin().fastapi_apps:
-        root.mount(sub["url_prefix"], sub["app"])  # what airflow.api_fastapi.app.init_plugins does
-    with TestClient(root, base_url="http://airflow.test") as http:
+    with viewer_client() as http:
         yield http
 
 
