@@ -104,9 +104,7 @@ def resolve_report(relative: str, root: LakePath | None = None) -> LakePath | No
     if relative.startswith("/") or any(p in ("..", ".") for p in parts):
         return None
     if isinstance(base, S3Path):  # keys, not folders: a page is an object, a "folder" its index.html
-        page = base
-        for part in [*parts, *(["index.html"] if not parts or relative.endswith("/") else [])]:
-            page = page / part
+        page = base / "/".join([*parts, *(["index.html"] if not parts or relative.endswith("/") else [])])
         return page if page.is_file() else None
     folder = base.resolve()
     target = folder.joinpath(*parts) if parts else folder

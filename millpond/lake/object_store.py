@@ -360,13 +360,10 @@ class S3Path:
                 yield S3Path(self.location.child(name), info)
 
     def read_bytes(self) -> bytes:
-        try:
-            response = self._s3.get_object(Bucket=self.location.bucket, Key=self.location.key)
-        except Exception as error:
-            if error_code(error) in ("NoSuchKey", "404"):
-                raise FileNotFoundError(str(self)) from None
-            raise
-        return bytes(response["Body"].read())
+        body, etag = self.read_versioned()
+        if etag is None:
+            raise FileNotFoundError(str(self))
+        return body
 
     def read_text(self, encoding: str | None = "utf-8") -> str:
         return self.read_bytes().decode(encoding or "utf-8")
