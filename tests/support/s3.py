@@ -34,11 +34,13 @@ class Bucket:
     def client(self) -> Any:  # a boto3 client: its class is generated at run time
         return client(self.access)
 
-    def put_files(self, files: list[Path], prefix: str) -> None:
-        """Local files into the bucket under `prefix`, each by its name (landing them for a run)."""
+    def put_files(self, files: list[Path], prefix: str, root: Path | None = None) -> None:
+        """Local files into the bucket under `prefix` (landing them for a run): each by its name, or by its path
+        relative to `root` (layout folders kept)."""
         s3 = self.client()
         for path in files:
-            s3.put_object(Bucket=self.name, Key=f"{prefix.strip('/')}/{path.name}", Body=path.read_bytes())
+            name = path.relative_to(root).as_posix() if root else path.name
+            s3.put_object(Bucket=self.name, Key=f"{prefix.strip('/')}/{name}", Body=path.read_bytes())
 
     def keys(self, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=prefix)

@@ -85,6 +85,8 @@ def test_the_spark_connection_points_at_the_master_and_the_lake_is_shared_on_the
         assert env["AWS_SECRET_ACCESS_KEY"] == "${S3_SECRET_KEY:?set S3_SECRET_KEY in .env}", name
     for name in NODES:
         assert services[name]["environment"]["MILLPOND_LAKE"] == "${MILLPOND_LAKE:-s3a://millpond/lake}"
+        assert "-Dspark.worker.cleanup.enabled=true" in services[name]["environment"]["SPARK_WORKER_OPTS"]
+    assert s3["restart"] == "no", "a restarted in-memory server is an empty lake: fail loudly instead"
     assert "S3Location.parse(os.environ['MILLPOND_LAKE']).bucket" in "".join(services["airflow-init"]["command"])
     dockerfile = (REPO / "docker" / "Dockerfile").read_text()
     assert "build/s3a.pom.xml" in dockerfile and "build/s3proxy.pom.xml" in dockerfile

@@ -59,6 +59,25 @@ def run(lake: str, fault: str | None = None, *args: str) -> tuple[int, str]:
     return proc.returncode, out
 
 
+LEASE_KEY = "lake/_system/locks/activity.lease"
+
+
+def read_lease(bucket) -> dict:
+    return json.loads(bucket.client().get_object(Bucket=bucket.name, Key=LEASE_KEY)["Body"].read())
+
+
+def write_lease(bucket, record: dict) -> None:
+    bucket.client().put_object(Bucket=bucket.name, Key=LEASE_KEY, Body=json.dumps(record).encode())
+
+
+def take_lease_over(bucket, held: dict, nonce: str) -> dict:
+    """Another holder's record in place of `held` (as one writes it once a lease lapsed): run `other`, one
+    generation on."""
+    thief = held | {"generation": held["generation"] + 1, "run_id": "other", "pid": 1, "nonce": nonce}
+    write_lease(bucket, thief)
+    return thief
+
+
 def versions() -> dict[str, int]:
     return {t: latest_version(paths.table_path(t)) for t in TABLES}
 
@@ -138,10 +157,7 @@ def test_a_lease_taken_over_mid_batch_stops_that_batchs_commit_and_the_next_run_
         assert time.monotonic() < deadline and proc.poll() is None, "the run never reached silver's first batch"
         time.sleep(0.2)
     assert versions()["bronze.activity"] == 0 and versions()["silver.activity"] == -1
-    s3, key = s3_lake.client(), "lake/_system/locks/activity.lease"
-    held = json.loads(s3.get_object(Bucket=s3_lake.name, Key=key)["Body"].read())
-    thief = held | {"generation": held["generation"] + 1, "run_id": "other", "pid": 1, "nonce": "y"}
-    s3.put_object(Bucket=s3_lake.name, Key=key, Body=json.dumps(thief).encode())
+    thief = take_lease_over(s3_lake, read_lease(s3_lake), nonce="y")
     marker.unlink()
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 3, out[-3000:]
@@ -149,8 +165,7 @@ def test_a_lease_taken_over_mid_batch_stops_that_batchs_commit_and_the_next_run_
     assert versions()["silver.activity"] == -1, "the batch committed after its run lost the lease"
 
     monkeypatch.delenv("MILLPOND_FAULT_PAUSE_FILE")
-    released = thief | {"state": "released", "nonce": "z"}
-    s3.put_object(Bucket=s3_lake.name, Key=key, Body=json.dumps(released).encode())
+    write_lease(s3_lake, thief | {"state": "released", "nonce": "z"})
     code, out = run(lake)
     assert code == 0, out[-3000:]
     assert_matches_reference_rs(activity_reference(local))
@@ -163,20 +178,18 @@ def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(s3_lake, tmp_p
     local.mkdir()
     land(s3_lake, local, 1, seed=5)
     s3 = s3_lake.client()
-    key = "lake/_system/locks/activity.lease"
     proc = start_run(lake, None, ("--run-id", "paused"))  # type: ignore[arg-type]
     deadline = time.monotonic() + 60
     while True:
         try:
-            held = json.loads(s3.get_object(Bucket=s3_lake.name, Key=key)["Body"].read())
+            held = read_lease(s3_lake)
             if held["state"] == "held" and held["run_id"] == "paused":
                 break
         except s3.exceptions.NoSuchKey:
             pass
         assert time.monotonic() < deadline and proc.poll() is None, "the run never took its lease"
         time.sleep(0.2)
-    thief = held | {"generation": held["generation"] + 1, "run_id": "other", "pid": 1, "nonce": "x"}
-    s3.put_object(Bucket=s3_lake.name, Key=key, Body=json.dumps(thief).encode())
+    take_lease_over(s3_lake, held, nonce="x")
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 3, out[-3000:]
     assert "lost its lease" in out and "run other" in out and "This run must not commit" in out
@@ -184,4 +197,4 @@ def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(s3_lake, tmp_p
     assert s3_lake.keys("lake/_checkpoints/") == [] and s3_lake.keys("lake/bronze/") == []
     assert latest_version(paths.event_log_path()) == -1
     assert run_summary.load("activity", "paused") is None
-    assert json.loads(s3.get_object(Bucket=s3_lake.name, Key=key)["Body"].read())["run_id"] == "other"
+    assert read_lease(s3_lake)["run_id"] == "other"

@@ -39,10 +39,7 @@ def land(bucket, landing: Path, hour: int, seed: int, files: int = FILES, first:
     made = activity_files(
         landing / folder(hour), files, 15, duplicates=0.1, malformed=0.05, seed=seed, start_index=hour * 12 + first
     )
-    s3 = bucket.client()
-    for path in made:
-        key = f"lake/landing/activity/{path.relative_to(landing)}"
-        s3.put_object(Bucket=bucket.name, Key=key, Body=path.read_bytes())
+    bucket.put_files(made, "lake/landing/activity", root=landing)
 
 
 def run(spec: Path, *args: str) -> str:
