@@ -183,8 +183,9 @@ def send_device_events(pipeline: Pipeline, hours: int, rows: int, malformed: flo
 def cmd_engine(args: argparse.Namespace) -> int:
     """`millpond engine start|status|stop`: the lake's Spark Connect server (millpond.engine.connect_server)."""
     from millpond.engine import connect_server as engine
+    from millpond.lake import paths
 
-    lake = settings.lake_root()
+    lake = paths.lake_root()
     if args.action == "start" and args.no_token and not args.foreground:
         print(
             "millpond: --no-token lets anyone who reaches the port run code as you; it is for a container's "

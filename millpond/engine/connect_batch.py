@@ -14,6 +14,12 @@ its own: its `foreachBatch` sinks run in a Python worker of the server, not in t
   batch whose run is gone fails before writing. Spark then stops the query; the next run replays the batch from
   the checkpoint. The batch holds the commit lock from its first check to its end, and a new holder of the
   pipeline lock waits for it, so a commit that passed its check never lands beside the next run's.
+- **On an object-store lake** the run holds the pipeline's lease in the bucket (millpond.lake.lease), not a
+  `flock`: before every commit the worker reads the lease and commits only if it still carries the run's generation
+  and was renewed less than half its time ago (a live run renews it every third). A killed run stops renewing, so
+  its batches stop within half the lease's time; a batch that passed its check has at least the other half before
+  anyone could take the lease over. The commit lock is then a file in the engine's local folder
+  (millpond.lake.paths.engine_dir), and the batches report in the bucket.
 - **Faults.** A fault point (millpond.engine.faults) reached in the worker kills the run's process, the one
   holding the lock, as a crash of the run would; the batch then goes on and must stop at its next commit.
 """
@@ -34,12 +40,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 from millpond import settings
 from millpond.lake import lease, paths
 from millpond.lake.lock import flock_within, holder_token
+from millpond.lake.object_store import S3Path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from millpond.engine.progress import ProgressListener
     from millpond.engine.sinks.base import BatchSink
+    from millpond.lake.paths import LakePath
     from millpond.runs.run_record import TableResult
 
 GONE_WAIT_SECONDS = 30.0
@@ -57,11 +65,13 @@ class RunGuard:
     """The run a server-side batch belongs to: its pipeline lock and the token of the run's holding of it (new with
     each taking, so a retry of the same run id is another holder), its run id and process."""
 
-    lock_path: str
+    lock_path: str  # "" on an object-store lake, where the run holds a lease instead
     commit_lock_path: str
     token: str
     run_id: str
     client_pid: int
+    lease_url: str = ""  # an object-store lake: the run's lease and its generation
+    generation: int = 0
 
     def check(self) -> None:
         """Return if the run still holds the lock, else raise WriterGone. From the first check of a batch to its
@@ -69,8 +79,11 @@ class RunGuard:
         this run's death waits for the batch (millpond.lake.lock) instead of writing beside it.
 
         The lock is a `flock` the run's process holds: its file names the holding's token; if the lock can be taken
-        here, nobody holds it (the run died)."""
+        here, nobody holds it (the run died). On an object-store lake: `_check_lease`."""
         self._hold_commit_lock()
+        if self.lease_url:
+            self._check_lease()
+            return
         try:
             info = json.loads(Path(self.lock_path).read_text() or "{}")
         except (OSError, ValueError):
@@ -91,10 +104,28 @@ class RunGuard:
             "the next run replays it"
         )
 
+    def _check_lease(self) -> None:
+        """The run's lease still carries its generation, and the run renewed it less than half its time ago."""
+        seen = lease.observe(self.lease_url)
+        record = seen.record if seen is not None else None
+        if seen is None or record is None or record.generation != self.generation or record.state != lease.HELD:
+            holder = f"{record.state} by {record.holder()}, generation {record.generation}" if record else "gone"
+            raise WriterGone(
+                f"run {self.run_id} no longer holds its lease {self.lease_url} (generation {self.generation}; it is "
+                f"{holder}): its batch is not committed"
+            )
+        if seen.age_seconds >= record.ttl_seconds / 2:
+            raise WriterGone(
+                f"run {self.run_id} has not renewed its lease {self.lease_url} for {seen.age_seconds:.0f} s (a live "
+                f"run renews it every {record.ttl_seconds / 3:.0f} s): it is gone, so its batch is not committed; "
+                "the next run replays it"
+            )
+
     def _hold_commit_lock(self) -> None:
         global _commit_lock
         if _commit_lock is not None:
             return
+        Path(self.commit_lock_path).parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.commit_lock_path, "a+")  # noqa: SIM115 - held until release()
         if not flock_within(handle, COMMIT_LOCK_WAIT_SECONDS, poll_seconds=0.05):
             handle.close()
@@ -144,13 +175,13 @@ def is_remote(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def reports_folder(token: str) -> Path:
+def reports_folder(token: str) -> LakePath:
     """Where one holding of the pipeline lock's batches report: a retry of the same run id has a folder of its own,
     so it never reads what a killed try's batches wrote."""
-    return paths.on_disk(paths.system_path("engine_runs"), "the engine") / token
+    return paths.system_path("engine_runs") / token
 
 
-def report_path(guard: RunGuard, table_id: str) -> Path:
+def report_path(guard: RunGuard, table_id: str) -> LakePath:
     return reports_folder(guard.token) / f"{table_id}.json"
 
 
@@ -165,7 +196,7 @@ class ServerSideBatch:
     """The foreachBatch function of a run on the engine: the table's sink, with the run's settings, its guard, and
     a report of what the sink counted written after every batch (the run reads it: fold_report)."""
 
-    def __init__(self, sink: BatchSink, guard: RunGuard, report: Path):
+    def __init__(self, sink: BatchSink, guard: RunGuard, report: LakePath):
         if hasattr(sink, "listener"):  # the run's listener stays in the run (locks, events); the count comes back
             sink = copy.copy(sink)
             sink.listener = RowsRead()
@@ -173,7 +204,7 @@ class ServerSideBatch:
         self.output: list[str] = []
         self.env = {
             **settings.in_environment(),
-            settings.LAKE.name: str(settings.lake_root()),
+            settings.LAKE.name: str(paths.lake_root()),
             settings.PROJECT.name: str(settings.project_root()),
         }
 
@@ -207,14 +238,17 @@ class ServerSideBatch:
             "rows_read": [[t, b, n] for (t, b), n in (listener.rows_read.items() if listener else [])],
             "output": self.output,
         }
-        path = Path(self.report)
+        path = paths.as_lake_path(self.report)
+        if isinstance(path, S3Path):  # one PUT: whole or not at all
+            path.write_text(json.dumps(report, default=str))
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(report, default=str))
         tmp.replace(path)
 
 
-def fold_report(result: TableResult, listener: ProgressListener, report: Path) -> None:
+def fold_report(result: TableResult, listener: ProgressListener, report: LakePath) -> None:
     """Fold what the server-side sink counted into the table's result (nothing if no batch ran)."""
     try:
         data: dict[str, Any] = json.loads(report.read_text())
@@ -236,4 +270,8 @@ def guard_for(pipeline: str, run_id: str) -> RunGuard:
     holding = holder_token(pipeline)
     if holding is None:
         raise RuntimeError(f"the pipeline lock of {pipeline!r} holds no token: take it first (millpond.lake.lock)")
-    return RunGuard(str(paths.lock_path(pipeline)), str(paths.commit_lock_path(pipeline)), holding, run_id, os.getpid())
+    commit_lock = str(paths.commit_lock_path(pipeline))
+    held = lease.held(pipeline)
+    if held is not None and held.generation is not None:
+        return RunGuard("", commit_lock, holding, run_id, os.getpid(), held.url, held.generation)
+    return RunGuard(str(paths.lock_path(pipeline)), commit_lock, holding, run_id, os.getpid())

@@ -8,8 +8,9 @@ each in a Connect session of its own (millpond.engine.connect_batch has what run
 Safety:
 - the server listens on 127.0.0.1 only (`spark.connect.grpc.binding.address`) and wants a token generated at
   start (given to the server through its environment, never on a command line `ps` shows);
-- the state file (pid, port, token, code fingerprint) lives in the lake's `_system/engine/`, a folder only its
-  owner may open; a state file another user owns or others may read is refused, not trusted;
+- the state file (pid, port, token, code fingerprint) lives in the lake's `_system/engine/` (an object-store
+  lake: a local folder of the user, millpond.lake.paths.engine_dir), a folder only its owner may open; a state
+  file another user owns or others may read is refused, not trusted;
 - the code the server runs is fingerprinted at start (millpond's files, the project's transform packages, the
   jars, the versions of pyspark, Delta, GX and their friends) and carried in the server's own conf
   (`spark.millpond.fingerprint`): a run whose code differs refuses, naming the restart to do. The run does not
@@ -41,6 +42,7 @@ from millpond import settings
 from millpond.lake import paths
 
 if TYPE_CHECKING:
+    from millpond.lake.paths import LakePath
     from millpond.spec import Pipeline
 
 FINGERPRINT_CONF = "spark.millpond.fingerprint"
@@ -79,15 +81,15 @@ class EngineState:
         return f"sc://{host}:{self.port}/" + (f";token={self.token}" if self.token else "")
 
 
-def engine_dir(lake: Path | None = None) -> Path:
-    return paths.on_disk(paths.system_path("engine", lake), "the engine")
+def engine_dir(lake: LakePath | None = None) -> Path:
+    return paths.engine_dir(lake)
 
 
-def state_path(lake: Path | None = None) -> Path:
+def state_path(lake: LakePath | None = None) -> Path:
     return engine_dir(lake) / "engine.json"
 
 
-def log_path(lake: Path | None = None) -> Path:
+def log_path(lake: LakePath | None = None) -> Path:
     return engine_dir(lake) / "engine.log"
 
 
@@ -181,7 +183,7 @@ def _hash_transforms(pipeline: Pipeline | None) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------------ state file
-def read_state(lake: Path | None = None) -> EngineState | None:
+def read_state(lake: LakePath | None = None) -> EngineState | None:
     """The engine's state file, or None; refused (EngineError) when another user owns it or others may read it."""
     path = state_path(lake)
     try:
@@ -197,7 +199,7 @@ def read_state(lake: Path | None = None) -> EngineState | None:
     return EngineState(**{k: data[k] for k in EngineState.__dataclass_fields__})
 
 
-def _write_state(state: EngineState, lake: Path) -> None:
+def _write_state(state: EngineState, lake: LakePath) -> None:
     folder = engine_dir(lake)
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
@@ -235,16 +237,22 @@ def _free_port(host: str) -> int:
 def server_command(
     master: str, host: str, port: int, fingerprint: str, transforms: dict[str, str] | None = None
 ) -> list[str]:
-    """spark-submit of the Connect server with millpond's jars and confs (those session.build_spark_session sets)."""
-    from millpond.engine import jars
+    """spark-submit of the Connect server with millpond's jars and confs (those session.build_spark_session sets),
+    and on an object-store lake the s3a jars and settings (never a credential: the server's batches reach the bucket
+    with the AWS_* variables of the environment it was started in)."""
+    from millpond.engine import jars, s3a
     from millpond.engine.session import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None, "pyspark is a dependency of millpond"
     submit = Path(spec.origin).parent / "bin" / "spark-submit"
+    lake_launch = s3a.launch_conf(master)  # {} for a folder lake
+    shipped = [*jars.spark_jars(), *filter(None, lake_launch.pop("spark.jars", "").split(","))]
     conf = {
         **base_conf(),
-        "spark.jars": ",".join(jars.spark_jars()),
+        **s3a.session_conf(),
+        **lake_launch,
+        "spark.jars": ",".join(shipped),
         "spark.ui.enabled": settings.SPARK_UI.value(),
         "spark.driver.memory": settings.DRIVER_MEMORY.value(),
         "spark.sql.shuffle.partitions": "2",
@@ -291,7 +299,7 @@ def start(
     with other code is an error naming the restart. `foreground` becomes the server (a container's command).
     `token=False` only on a private network (docker-compose, no published port): pyspark sends a token only to
     `localhost` or over TLS."""
-    lake = settings.lake_root()
+    lake = paths.lake_root()
     fingerprint, parts = code_fingerprint()
     current = read_state(lake)
     if current is not None and alive(current):
@@ -301,7 +309,7 @@ def start(
     secret = (os.environ.get(AUTH_ENV) or secrets.token_urlsafe(32)) if token else ""
     port = port or _free_port(host)
     log = log_path(lake)
-    engine_dir(lake).mkdir(parents=True, exist_ok=True)
+    engine_dir(lake).mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(engine_dir(lake), 0o700)
     command = server_command(master or settings.SPARK_MASTER.value(), host, port, fingerprint, transform_parts(parts))
     if foreground:  # spark-submit execs the JVM: this pid becomes the server's
@@ -328,7 +336,7 @@ def start(
     return state, True
 
 
-def stop(lake: Path | None = None) -> EngineState | None:
+def stop(lake: LakePath | None = None) -> EngineState | None:
     """Stop the lake's engine (TERM to its process group, KILL after STOP_TIMEOUT_SECONDS); None if none ran."""
     state = read_state(lake)
     if state is None:
@@ -367,7 +375,7 @@ def _reap(pid: int) -> None:
         pass
 
 
-def status(lake: Path | None = None) -> dict | None:
+def status(lake: LakePath | None = None) -> dict | None:
     """What `millpond engine status` prints: None when no engine is recorded for the lake."""
     state = read_state(lake)
     if state is None:

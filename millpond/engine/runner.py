@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from millpond.engine import connect_server, driver_jit, speedups
+from millpond.engine import driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
@@ -137,8 +137,6 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
         unset = environment_problems(pipeline, tables)  # `${KAFKA_BOOTSTRAP}`-style settings
         if unset:
             raise SpecError(unset)
-        if connect_server.remote() is not None:  # its batch workers lock and report in the lake's folder
-            paths.on_disk(paths.lake_root(), "a run on the engine (SPARK_REMOTE)")
         plan = reprocess_plan(pipeline, tables, args)
         driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
         speedups.check_settings()

@@ -6,13 +6,11 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -21,8 +19,10 @@ from pyspark.sql import SparkSession
 from millpond import settings
 from millpond.engine import jars, s3a
 from millpond.engine.driver_jit import executor_java_options
+from millpond.lake import paths
 
 if TYPE_CHECKING:
+    from millpond.lake.paths import LakePath
     from millpond.spec import Pipeline
 
 # Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
@@ -160,7 +160,7 @@ def _reachable_or_refuse(remote: str) -> None:
 _engine_release: list[Callable[[], None]] = []  # the open engine session's release, if any
 
 
-def engine_session(shuffle_partitions: int, reports: Path, pipeline: Pipeline | None = None) -> SparkSession | None:
+def engine_session(shuffle_partitions: int, reports: LakePath, pipeline: Pipeline | None = None) -> SparkSession | None:
     """With SPARK_REMOTE set (millpond.engine.connect_server), a Connect session of this run's own on the engine,
     else None (the run starts a JVM of its own). Raises EngineError when the engine runs other code than this run,
     or does not answer. `reports` is the folder the run's server-side batches report in (removed at the end).
@@ -177,7 +177,7 @@ def engine_session(shuffle_partitions: int, reports: Path, pipeline: Pipeline | 
 
     def release() -> None:
         spark.stop()
-        shutil.rmtree(reports, ignore_errors=True)  # the batches' reports
+        paths.remove_tree(reports)  # the batches' reports
 
     def terminate(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 from millpond import settings
 from millpond.lake.lock import LakeNotWritable, PipelineBusy
@@ -272,16 +273,10 @@ class PipelineLease:
 
     def _read(self) -> Observed | None:
         try:
-            response = self._s3.get_object(Bucket=self.location.bucket, Key=self.location.key)
+            return _observe(self._s3, self.location)
         except Exception as error:
-            if error_code(error) in ("NoSuchKey", "404"):
-                return None
             self._raise_if_unwritable(error)
             raise
-        body = response["Body"].read()
-        server_now = parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
-        age = (server_now - response["LastModified"]).total_seconds()
-        return Observed(LeaseRecord.from_json(body), str(response["ETag"]), age)
 
     def _raise_if_unwritable(self, error: Exception) -> None:
         code = error_code(error)
@@ -291,6 +286,26 @@ class PipelineLease:
                 f"{self.location.bucket!r} and give the credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
                 "read and write access to it"
             ) from None
+
+
+def _observe(s3: Any, location: S3Location) -> Observed | None:
+    """The lease object as the store has it now (None if never written), aged by the store's own clock."""
+    try:
+        response = s3.get_object(Bucket=location.bucket, Key=location.key)
+    except Exception as error:
+        if error_code(error) in ("NoSuchKey", "404"):
+            return None
+        raise
+    body = response["Body"].read()
+    server_now = parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
+    age = (server_now - response["LastModified"]).total_seconds()
+    return Observed(LeaseRecord.from_json(body), str(response["ETag"]), age)
+
+
+def observe(url: str) -> Observed | None:
+    """The lease at `url` as the store has it now, for a reader that does not hold it: an engine's batch worker
+    checking that the run it belongs to still renews its lease (millpond.engine.connect_batch)."""
+    return _observe(client(), S3Location.parse(url))
 
 
 @contextmanager
@@ -313,6 +328,12 @@ def pipeline_lease(
 
 _held: dict[str, PipelineLease] = {}  # pipeline -> the lease this process holds for it, for fence()
 _held_mutex = threading.Lock()
+
+
+def held(pipeline: str) -> PipelineLease | None:
+    """The lease this process holds for `pipeline`, if any."""
+    with _held_mutex:
+        return _held.get(pipeline)
 
 
 def fence(pipeline: str | None = None) -> int | None:

@@ -7,7 +7,9 @@ run's token. Such a batch commits under the pipeline's commit lock, so a run tha
 waits for a batch of a dead holder that is still committing (`_wait_for_commits`): two writers never overlap.
 
 A lake on object storage has no shared filesystem to lock: there `pipeline_lock` holds the pipeline's lease in the
-bucket instead (lease.py) and yields it, so the writer can `check()` it before each commit.
+bucket instead (lease.py) and yields it, so the writer can `check()` it before each commit. An engine's batches on
+such a lake commit under a commit lock in the engine's local folder (paths.engine_dir); a run on that machine waits
+for it after taking the lease, as on a folder lake.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iter
         from millpond.lake.lease import pipeline_lease  # lease.py imports this module's errors
 
         with pipeline_lease(lake, pipeline, run_id, wait_seconds) as lease:
+            if paths.commit_lock_path(pipeline).parent.is_dir():  # an engine of this machine served the lake
+                _wait_for_commits(pipeline, max(wait_seconds, COMMIT_WAIT_SECONDS))
             yield lease
         return
     path = paths.on_disk(paths.lock_path(pipeline), "a flock")
@@ -115,7 +119,13 @@ def flock_within(handle: IO[str], seconds: float, poll_seconds: float) -> bool:
 
 
 def holder_token(pipeline: str) -> str | None:
-    """The token of the pipeline lock's current holding (None when no run ever took it)."""
+    """The token of the pipeline lock's current holding (None when no run ever took it). On an object-store lake,
+    that of the lease this process holds: the pipeline and the lease's generation, new with each taking."""
+    if is_object_store(settings.LAKE.raw() or ""):
+        from millpond.lake.lease import held
+
+        lease = held(pipeline)
+        return f"{pipeline}.g{lease.generation}" if lease is not None and lease.generation is not None else None
     try:
         return json.loads(paths.lock_path(pipeline).read_text() or "{}").get("token")
     except (OSError, ValueError):

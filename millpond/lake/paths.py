@@ -7,15 +7,19 @@ its streaming query name    -> <pipeline>.silver.activity
 event log                   -> $MILLPOND_LAKE/_system/event_log
 pipeline lock               -> $MILLPOND_LAKE/_system/locks/<pipeline>.lock
 its commit lock (engine)    -> $MILLPOND_LAKE/_system/locks/<pipeline>.commit.lock
+the engine's state and log  -> $MILLPOND_LAKE/_system/engine
 unfinished reprocess        -> $MILLPOND_LAKE/_system/reprocess/<pipeline>.json
 
 The lake is a local (or mounted) folder or an object-store prefix (`MILLPOND_LAKE=s3a://bucket/prefix`): every
 path here is a `LakePath`, a `pathlib.Path` or an `S3Path` with the same few operations, and `str()` of either is
-what Spark reads (`s3a://...` for the store).
+what Spark reads (`s3a://...` for the store). On the store, what must be a local file (the engine's state file,
+which holds its token; an engine's commit locks, which are `flock`s) lives in a folder of this machine's user
+instead: `$XDG_STATE_HOME/millpond/engines/<bucket>-<hash of the lake's URL>` (`engine_dir`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -120,4 +124,20 @@ def lock_path(pipeline: str, root: LakePath | None = None) -> LakePath:
 
 
 def commit_lock_path(pipeline: str, root: LakePath | None = None) -> Path:
-    return on_disk(system_path("locks", root) / f"{pipeline}.commit.lock", "a flock")
+    """The flock a batch on the engine commits under (millpond.engine.connect_batch). On an object-store lake it is
+    in the engine's local folder, so it orders the batches of one engine and the runs of its machine."""
+    lake = root if root is not None else lake_root()
+    if isinstance(lake, S3Path):
+        return engine_dir(lake) / "locks" / f"{pipeline}.commit.lock"
+    return on_disk(system_path("locks", lake) / f"{pipeline}.commit.lock", "a flock")
+
+
+def engine_dir(root: LakePath | None = None) -> Path:
+    """The engine's folder (its state file with the token, its log; millpond.engine.connect_server): in the lake's
+    `_system` for a folder lake; for an object-store lake a folder of this machine's user, one per lake URL."""
+    lake = root if root is not None else lake_root()
+    if isinstance(lake, S3Path):
+        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        digest = hashlib.sha256(lake.url.encode()).hexdigest()[:16]
+        return state / "millpond" / "engines" / f"{lake.location.bucket}-{digest}"
+    return on_disk(system_path("engine", lake), "the engine")

@@ -121,8 +121,8 @@ def test_the_image_installs_the_package_so_airflow_finds_the_report_plugin():
 
 def test_the_engine_is_a_connect_server_on_the_cluster_that_the_tasks_can_use(compose):
     """docs/engine.md: with the `engine` profile, the spark-connect service runs `millpond engine start` in the
-    foreground against the cluster's master, reachable on the compose network only; the tasks use it when .env sets
-    SPARK_REMOTE (and a folder lake: the engine needs one)."""
+    foreground against the cluster's master, reachable on the compose network only, on the same lake as the tasks
+    (the bucket, with the nodes' keys); the tasks use it when .env sets SPARK_REMOTE."""
     services = compose["services"]
     engine = services["spark-connect"]
     assert engine["profiles"] == ["engine"]
@@ -133,7 +133,11 @@ def test_the_engine_is_a_connect_server_on_the_cluster_that_the_tasks_can_use(co
     assert "ports" not in engine, "the engine has no token: it must not be published outside the compose network"
     assert services["airflow-scheduler"]["environment"]["SPARK_REMOTE"] == "${SPARK_REMOTE:-}"
     example = (REPO / ".env.example").read_text()
-    assert f"# SPARK_REMOTE=sc://spark-connect:{port}" in example and "# MILLPOND_LAKE=/opt/millpond/lake" in example
+    assert f"# SPARK_REMOTE=sc://spark-connect:{port}" in example
+    common = services["airflow-scheduler"]["environment"]
+    assert engine["environment"]["MILLPOND_LAKE"] == common["MILLPOND_LAKE"] == "${MILLPOND_LAKE:-s3a://millpond/lake}"
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"):
+        assert engine["environment"][name] == services["spark-worker-1"]["environment"][name], name
     depends = services["airflow-scheduler"]["depends_on"]["spark-connect"]
     assert depends == {"condition": "service_healthy", "required": False}
     assert engine["healthcheck"]["test"] == ["CMD", "millpond", "engine", "status"]

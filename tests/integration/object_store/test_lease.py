@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -235,3 +236,50 @@ def test_two_pipelines_leases_in_one_process_are_fenced_each_on_its_own(s3_bucke
             lease_module.fence()  # a caller naming no pipeline checks every lease the process holds
     assert lease_module.fence("sales") is None and lease_module.fence() is None
     assert stored(s3_bucket).run_id == "run-b"  # the lost lease was left to its new holder
+
+
+def test_an_engine_batch_commits_only_while_its_run_renews_the_lease(s3_bucket, monkeypatch, tmp_path):
+    """A run's batch on the engine (millpond.engine.connect_batch.RunGuard), played by this process: on an s3a lake
+    it commits only while the run's lease carries the run's generation and was renewed lately, and a run taking the
+    lease on the engine's machine waits for a batch still committing."""
+    from millpond.engine.connect_batch import RunGuard, WriterGone, guard_for
+    from millpond.lake.lock import pipeline_lock
+
+    monkeypatch.setenv("MILLPOND_LAKE", s3_bucket.location("lake").url)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the engine's local folder
+    with pipeline_lock("activity", "run-1") as held:
+        assert held is not None
+        batch = guard_for("activity", "run-1")
+        assert (batch.lease_url, batch.generation, batch.token) == (held.url, 1, "activity.g1")
+        batch.check()  # held and renewed: it may commit
+        batch.release()
+    with pytest.raises(WriterGone, match="no longer holds its lease .* it is released by run run-1"):
+        batch.check()
+    batch.release()
+
+    stalled = lease(s3_bucket, "run-2", ttl=4.0, renew=False)  # a run killed after taking its lease
+    assert stalled.acquire() == 2
+    late = RunGuard("", batch.commit_lock_path, "activity.g2", "run-2", os.getpid(), stalled.url, 2)
+    late.check()
+    late.release()
+    time.sleep(3.5)  # more than half the lease's time, by the store's clock (whole seconds)
+    with pytest.raises(WriterGone, match="has not renewed its lease .* it is gone"):
+        late.check()
+    late.release()
+
+    time.sleep(1.5)  # lapsed: the next run may take the lease, but a batch that passed its check still commits
+    taker = lease(s3_bucket, "run-3", ttl=30.0)
+    assert taker.acquire() == 3
+    committing = RunGuard("", batch.commit_lock_path, "activity.g3", "run-3", os.getpid(), taker.url, 3)
+    committing.check()  # holds the engine's commit lock until release()
+    taker.release()
+    finished = threading.Event()
+
+    def finish_commit() -> None:
+        time.sleep(2)
+        finished.set()
+        committing.release()
+
+    threading.Thread(target=finish_commit).start()
+    with pipeline_lock("activity", "run-4"):
+        assert finished.is_set(), "the next run took the pipeline while a batch of the engine was committing"
