@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import cast
@@ -64,25 +67,56 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.pipeline == "device_status":
         return send_device_events(pipeline, hours=args.files, rows=args.rows, malformed=args.malformed, seed=args.seed)
     if args.pipeline == "clicks":
-        folders = [landing_folder(pipeline, f"landing.{s}") for s in ("impressions", "clicks")]
-        landed = clicks_files(folders[0], folders[1], files=args.files, rows=args.rows, seed=args.seed)
-        campaigns = landing_folder(pipeline, "landing.campaigns")
-        if not campaigns.exists():  # the dimension is the user's to edit: written once, never overwritten
-            campaigns_file(campaigns)
+        folders = [landing_folder(pipeline, f"landing.{s}") for s in ("impressions", "clicks", "campaigns")]
+        with local_landing(folders) as (impressions, clicks, campaigns):
+            landed = clicks_files(impressions, clicks, files=args.files, rows=args.rows, seed=args.seed)
+            if not any(campaigns.iterdir()):  # the dimension is the user's to edit: written once, never overwritten
+                campaigns_file(campaigns)
         print(
             f"landed {len(landed) // 2} rounds x {args.rows} impressions (and their clicks) in {folders[0].parent}"
-            f"; the campaigns dimension is {campaigns}"
+            f"; the campaigns dimension is {folders[2]}"
         )
         return 0
     folder = landing_folder(pipeline, "landing.activity")
-    landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
+    with local_landing([folder]) as (local,):
+        landed = activity_files(local, args.files, args.rows, args.duplicates, args.malformed, args.seed)
     print(f"landed {len(landed)} files x {args.rows} lines in {folder}")
     return 0
 
 
-def landing_folder(pipeline: Pipeline, source_id: str) -> Path:
+def landing_folder(pipeline: Pipeline, source_id: str) -> paths.LakePath:
     """A file source's landing folder: the sample generators land only where the shipped specs read files."""
-    return paths.on_disk(paths.landing_path(cast(FileSource, pipeline.sources[source_id]).path), "a sample generator")
+    return paths.landing_path(cast(FileSource, pipeline.sources[source_id]).path)
+
+
+@contextmanager
+def local_landing(folders: list[paths.LakePath]) -> Iterator[list[Path]]:
+    """The landing folders as local folders the sample generators write into. A folder lake's are themselves. On an
+    object-store lake each is a temporary folder holding an empty stand-in for every file already landed (the
+    generators number new files after those), and the files the generator adds are then put into the bucket, one
+    PUT each, so a run sees each file whole or not at all."""
+    from millpond.lake.object_store import S3Path
+
+    if not any(isinstance(folder, S3Path) for folder in folders):
+        for folder in folders:
+            cast(Path, folder).mkdir(parents=True, exist_ok=True)
+        yield [cast(Path, folder) for folder in folders]
+        return
+    with tempfile.TemporaryDirectory(prefix="millpond-generate-") as tmp:
+        locals_, present = [], []
+        for n, folder in enumerate(folders):
+            local = Path(tmp) / str(n)
+            local.mkdir()
+            names = {entry.name for entry in folder.iterdir()} if folder.is_dir() else set()
+            for name in names:
+                (local / name).touch()
+            locals_.append(local)
+            present.append(names)
+        yield locals_
+        for folder, local, names in zip(folders, locals_, present, strict=True):
+            for file in sorted(local.iterdir()):
+                if file.name not in names and not file.name.startswith("."):
+                    (folder / file.name).write_bytes(file.read_bytes())
 
 
 def generate_recordings(args: argparse.Namespace) -> int:
@@ -106,8 +140,9 @@ def generate_recordings(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    folder = paths.on_disk(paths.landing_path(sources[0].path), "a sample generator")
-    landed = activity_files(folder, args.files, args.rows, args.duplicates, args.malformed, args.seed)
+    folder = paths.landing_path(sources[0].path)
+    with local_landing([folder]) as (local,):
+        landed = activity_files(local, args.files, args.rows, args.duplicates, args.malformed, args.seed)
     print(f"landed {len(landed)} files x {args.rows} lines in {folder}")
     return 0
 
