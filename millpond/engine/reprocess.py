@@ -103,10 +103,10 @@ def replace_slices(
     if unclosed:  # a stateful table outside this run reads a replaced table: its live state holds the interval
         raise Refused(unclosed)
     # Owed: each changing slice, and every table reading one (its stream skips the replacement).
-    lease.fence()  # on object storage: still the pipeline's one writer (commit() checks again before each table)
+    lease.fence(pipeline.name)  # on object storage: still the pipeline's one writer (commit() checks each table)
     pending_reprocess.begin(pipeline.name, interval.text, pipeline.downstream(list(changing)))
     for table_id, piece in changing.items():
-        commit(spark, piece, interval, run, results[table_id])
+        commit(spark, pipeline.name, piece, interval, run, results[table_id])
         pending_reprocess.done(pipeline.name, interval.text, table_id)
     for table_id in plan.slices:  # a slice that did not change is as the reprocess wants it too
         pending_reprocess.done(pipeline.name, interval.text, table_id)
@@ -246,7 +246,9 @@ def _empty_quarantine(spark: SparkSession, piece: Slice) -> tuple[DataFrame | No
     return empty, piece.condition.replace(f"`{column}`", raw_time)
 
 
-def commit(spark: SparkSession, piece: Slice, interval: Interval, run: RunContext, result: TableResult) -> None:
+def commit(
+    spark: SparkSession, pipeline: str, piece: Slice, interval: Interval, run: RunContext, result: TableResult
+) -> None:
     """One commit replacing the table's slice, then one replacing its quarantine's part (if it has one)."""
     table_id = piece.table.id
     path, quarantine = paths.table_path(table_id), paths.quarantine_path(table_id)
@@ -254,14 +256,14 @@ def commit(spark: SparkSession, piece: Slice, interval: Interval, run: RunContex
     replaced = spark.read.format("delta").load(str(path)).where(piece.condition).count()
     written = piece.rows.count()
     inject_fault(table_id, "before_replace")
-    lease.fence()
+    lease.fence(pipeline)
     _replace(piece.rows, path, piece.condition, note, replaces=replaced > 0)
     result.rows_replaced = (result.rows_replaced or 0) + replaced
     result.rows_written += written
     quarantined = piece.quarantine.count() if piece.quarantine is not None else 0
     if piece.quarantine is not None and (quarantined or delta_version(quarantine) >= 0):
         inject_fault(table_id, "between_replaces")
-        lease.fence()
+        lease.fence(pipeline)
         result.rows_quarantined += quarantined
         _replace(piece.quarantine, quarantine, piece.quarantine_condition, note)
     result.version_after = delta_version(path)

@@ -18,7 +18,7 @@ import pytest
 from millpond.dev.sample_data import activity_files, land_file
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
-from millpond.runs import run_summary
+from millpond.runs import reports, run_summary
 from tests.support.lake_tables import assert_matches_reference_rs, snapshot_rs
 from tests.support.reference import activity_reference
 from tests.support.stress import MILLPOND, assert_nothing_left, start_run
@@ -129,6 +129,27 @@ def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_g
     assert gate["report_path"].startswith(f"{lake}/_reports/datadocs/")
     assert paths.as_lake_path(gate["report_path"]).is_file() and paths.as_lake_path(gate["index_path"]).is_file()
     assert {t["table"]: t["outcome"] for t in summary["tables"]}["gold.device_counts"] == "skipped"
+
+    # `millpond check` sees the slice silver has not committed and fails the same way; `millpond preview` shows a
+    # batch of it. Neither writes a table (check adds its report; preview leaves the bucket as it was).
+    check = subprocess.run(
+        [MILLPOND, "check", "activity", "--table", "silver.activity"], capture_output=True, text=True, timeout=600
+    )
+    assert check.returncode == 4, (check.stdout + check.stderr)[-3000:]
+    assert "unexpected" in check.stderr and [e["outcome"] for e in reports.history() if e["mode"] == "check"] == [
+        "failed"
+    ]
+    assert versions() == after and snapshot_rs() == tables
+    keys = s3_lake.keys("lake/")
+    preview = subprocess.run(
+        [MILLPOND, "preview", "activity", "silver.activity", "--batches", "1", "--rows", "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert "batch 0: " in preview.stdout and "stopped after 1 micro-batch" in preview.stdout, preview.stdout[-3000:]
+    assert s3_lake.keys("lake/") == keys
 
 
 def fly(index: int) -> dict:
