@@ -17,9 +17,10 @@ its own: its `foreachBatch` sinks run in a Python worker of the server, not in t
 - **On an object-store lake** the run holds the pipeline's lease in the bucket (millpond.lake.lease), not a
   `flock`: before every commit the worker reads the lease and commits only if it still carries the run's generation
   and was renewed less than half its time ago (a live run renews it every third). A killed run stops renewing, so
-  its batches stop within half the lease's time; a batch that passed its check has at least the other half before
-  anyone could take the lease over. The commit lock is then a file in the engine's local folder
-  (millpond.lake.paths.engine_dir), and the batches report in the bucket.
+  its batches stop within half the lease's time; a batch that passed its check has the other half, less a second
+  (store clocks count whole seconds), for its whole write before anyone could take the lease over. The commit lock
+  is then a file in the engine's own local folder (millpond.lake.paths.engine_dir, found by the worker, not sent by
+  the run), and the batches report in the bucket.
 - **Faults.** A fault point (millpond.engine.faults) reached in the worker kills the run's process, the one
   holding the lock, as a crash of the run would; the batch then goes on and must stop at its next commit.
 """
@@ -72,6 +73,7 @@ class RunGuard:
     client_pid: int
     lease_url: str = ""  # an object-store lake: the run's lease and its generation
     generation: int = 0
+    pipeline: str = ""
 
     def check(self) -> None:
         """Return if the run still holds the lock, else raise WriterGone. From the first check of a batch to its
@@ -117,20 +119,22 @@ class RunGuard:
         if seen.age_seconds >= record.ttl_seconds / 2:
             raise WriterGone(
                 f"run {self.run_id} has not renewed its lease {self.lease_url} for {seen.age_seconds:.0f} s (a live "
-                f"run renews it every {record.ttl_seconds / 3:.0f} s): it is gone, so its batch is not committed; "
-                "the next run replays it"
+                f"run renews it every {record.ttl_seconds / 3:.0f} s): it is gone or cut off from the store, so its "
+                "batch is not committed; the next run replays it"
             )
 
     def _hold_commit_lock(self) -> None:
         global _commit_lock
         if _commit_lock is not None:
             return
-        Path(self.commit_lock_path).parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.commit_lock_path, "a+")  # noqa: SIM115 - held until release()
+        # On object storage the engine's own folder (its user's, not the run's): the run's path is a folder lake's.
+        path = paths.commit_lock_path(self.pipeline) if self.lease_url else Path(self.commit_lock_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 - held until release()
         if not flock_within(handle, COMMIT_LOCK_WAIT_SECONDS, poll_seconds=0.05):
             handle.close()
             raise WriterGone(
-                f"run {self.run_id}: the commit lock {self.commit_lock_path} stayed taken for "
+                f"run {self.run_id}: the commit lock {path} stayed taken for "
                 f"{COMMIT_LOCK_WAIT_SECONDS:.0f} s: its batch is not committed"
             )
         _commit_lock = handle
@@ -273,5 +277,5 @@ def guard_for(pipeline: str, run_id: str) -> RunGuard:
     commit_lock = str(paths.commit_lock_path(pipeline))
     held = lease.held(pipeline)
     if held is not None and held.generation is not None:
-        return RunGuard("", commit_lock, holding, run_id, os.getpid(), held.url, held.generation)
+        return RunGuard("", commit_lock, holding, run_id, os.getpid(), held.url, held.generation, pipeline)
     return RunGuard(str(paths.lock_path(pipeline)), commit_lock, holding, run_id, os.getpid())

@@ -114,6 +114,7 @@ class PipelineLease:
         self._s3 = client(access)
         self._renew_in_background = renew  # False only in tests: a holder that stalls (a long GC pause)
         self.generation: int | None = None
+        self.holding = uuid.uuid4().hex[:12]  # this taking's own id, even if the lease object were ever recreated
         self._etag: str | None = None
         self._since = ""
         self._valid_until = 0.0  # monotonic: no one can take the lease over before this

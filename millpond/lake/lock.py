@@ -120,12 +120,14 @@ def flock_within(handle: IO[str], seconds: float, poll_seconds: float) -> bool:
 
 def holder_token(pipeline: str) -> str | None:
     """The token of the pipeline lock's current holding (None when no run ever took it). On an object-store lake,
-    that of the lease this process holds: the pipeline and the lease's generation, new with each taking."""
+    that of the lease this process holds: the pipeline, the lease's generation and an id new with each taking."""
     if is_object_store(settings.LAKE.raw() or ""):
         from millpond.lake.lease import held
 
         lease = held(pipeline)
-        return f"{pipeline}.g{lease.generation}" if lease is not None and lease.generation is not None else None
+        if lease is None or lease.generation is None:
+            return None
+        return f"{pipeline}.g{lease.generation}.{lease.holding}"
     try:
         return json.loads(paths.lock_path(pipeline).read_text() or "{}").get("token")
     except (OSError, ValueError):

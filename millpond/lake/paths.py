@@ -137,7 +137,8 @@ def engine_dir(root: LakePath | None = None) -> Path:
     `_system` for a folder lake; for an object-store lake a folder of this machine's user, one per lake URL."""
     lake = root if root is not None else lake_root()
     if isinstance(lake, S3Path):
-        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        xdg = os.environ.get("XDG_STATE_HOME", "")
+        state = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"  # XDG: a relative one is ignored
         digest = hashlib.sha256(lake.url.encode()).hexdigest()[:16]
         return state / "millpond" / "engines" / f"{lake.location.bucket}-{digest}"
     return on_disk(system_path("engine", lake), "the engine")

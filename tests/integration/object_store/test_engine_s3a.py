@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from millpond.dev.sample_data import activity_files
@@ -37,21 +38,23 @@ def engine_on_s3(s3_bucket, monkeypatch, tmp_path) -> Iterator[dict]:
     """An engine started for an s3a lake (a short lease, so a killed run's lease lapses soon), and SPARK_REMOTE
     naming it for every run the test starts."""
     monkeypatch.setenv("MILLPOND_LAKE", f"s3a://{s3_bucket.name}/lake")
-    monkeypatch.setenv("MILLPOND_LEASE_SECONDS", "8")
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("MILLPOND_LEASE_SECONDS", "15")  # a live run's renewal has a sixth of it to land
     monkeypatch.delenv("MILLPOND_FAULT", raising=False)
     monkeypatch.delenv("SPARK_REMOTE", raising=False)
-    started = subprocess.run(
-        [MILLPOND, "engine", "start"], env=dict(os.environ), capture_output=True, text=True, timeout=300
-    )
+    # The engine has a state folder of its own, as another user or container would: the runs never see it.
+    engine_env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "engine-state")}
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "run-state"))
+    started = subprocess.run([MILLPOND, "engine", "start"], env=engine_env, capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr[-3000:]
     try:
         monkeypatch.setenv("SPARK_REMOTE", started.stdout.strip().splitlines()[-1])
+        monkeypatch.setenv("XDG_STATE_HOME", engine_env["XDG_STATE_HOME"])
         folder = paths.engine_dir()
-        yield {"bucket": s3_bucket, "state": folder / "engine.json", "log": folder / "engine.log"}
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "run-state"))
+        yield {"bucket": s3_bucket, "env": engine_env, "folder": folder}
     finally:
         monkeypatch.delenv("SPARK_REMOTE")
-        subprocess.run([MILLPOND, "engine", "stop"], env=dict(os.environ), capture_output=True, timeout=120)
+        subprocess.run([MILLPOND, "engine", "stop"], env=engine_env, capture_output=True, timeout=120)
 
 
 def land(bucket, local: Path, files: int, seed: int) -> None:
@@ -74,9 +77,17 @@ def test_runs_on_the_engine_over_an_s3a_lake_equal_the_reference_and_a_killed_ru
 ):
     bucket, local = engine_on_s3["bucket"], tmp_path / "landing"
     local.mkdir()
-    state = engine_on_s3["state"]
-    assert stat.S_IMODE(state.stat().st_mode) == 0o600 and str(state).startswith(str(tmp_path / "state"))
+    folder, secret = engine_on_s3["folder"], os.environ["AWS_SECRET_ACCESS_KEY"]
+    state = folder / "engine.json"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600 and str(state).startswith(str(tmp_path / "engine-state"))
     assert bucket.keys("lake/_system/engine") == []  # the token never goes to the bucket
+    server = psutil.Process(json.loads(state.read_text())["pid"])
+    for process in (server, *server.children(recursive=True)):  # spark-submit's JVM and its Python workers
+        try:
+            command = process.cmdline()
+        except psutil.Error:  # a helper process that ended meanwhile
+            continue
+        assert secret not in " ".join(command), command[:3]
     lake = str(paths.lake_root())
 
     land(bucket, local, 2, seed=1)
@@ -101,12 +112,13 @@ def test_runs_on_the_engine_over_an_s3a_lake_equal_the_reference_and_a_killed_ru
     assert_nothing_left(proc)
     killed = versions()
     assert killed["silver.activity"] == before["silver.activity"], "silver committed the batch of a dead run"
-    log, deadline = engine_on_s3["log"], time.monotonic() + 90
+    log, deadline = folder / "engine.log", time.monotonic() + 90
     while "has not renewed its lease" not in log.read_text(errors="replace"):  # the batch's check, in the server
         assert time.monotonic() < deadline, "the engine's batch never found its run gone:\n" + log.read_text()[-3000:]
         time.sleep(1)
     time.sleep(3)
     assert versions() == killed, "a batch was committed on the engine after its run was killed"
+    assert (folder / "locks" / "activity.commit.lock").is_file()  # the batches' commit lock: the engine's folder
 
     land(bucket, local, 1, seed=3)
     code, out = finish(start_run(lake, None, ("--wait", "60")))  # type: ignore[arg-type]
@@ -115,5 +127,8 @@ def test_runs_on_the_engine_over_an_s3a_lake_equal_the_reference_and_a_killed_ru
     idle = subprocess.run([MILLPOND, "run", "activity"], capture_output=True, text=True, timeout=300)
     assert idle.returncode == 0 and "no Spark application started" in idle.stdout, idle.stdout[-3000:]
 
-    shown = subprocess.run([MILLPOND, "engine", "status", "--json"], capture_output=True, text=True, timeout=120)
+    shown = subprocess.run(
+        [MILLPOND, "engine", "status", "--json"], env=engine_on_s3["env"], capture_output=True, text=True, timeout=120
+    )
     assert shown.returncode == 0 and json.loads(shown.stdout)["up"] is True, shown.stderr
+    assert secret not in log.read_text(errors="replace")
