@@ -77,7 +77,7 @@ def test_runs_on_the_engine_over_an_s3a_lake_equal_the_reference_and_a_killed_ru
 ):
     bucket, local = engine_on_s3["bucket"], tmp_path / "landing"
     local.mkdir()
-    folder, secret = engine_on_s3["folder"], os.environ["AWS_SECRET_ACCESS_KEY"]
+    folder, key = engine_on_s3["folder"], os.environ["AWS_SECRET_ACCESS_KEY"]
     state = folder / "engine.json"
     assert stat.S_IMODE(state.stat().st_mode) == 0o600 and str(state).startswith(str(tmp_path / "engine-state"))
     assert bucket.keys("lake/_system/engine") == []  # the token never goes to the bucket
@@ -87,7 +87,7 @@ def test_runs_on_the_engine_over_an_s3a_lake_equal_the_reference_and_a_killed_ru
             command = process.cmdline()
         except psutil.Error:  # a helper process that ended meanwhile
             continue
-        assert secret not in " ".join(command), command[:3]
+        assert key not in " ".join(command), command[:3]
     lake = str(paths.lake_root())
 
     land(bucket, local, 2, seed=1)
@@ -131,4 +131,4 @@ def test_runs_on_the_engine_over_an_s3a_lake_equal_the_reference_and_a_killed_ru
         [MILLPOND, "engine", "status", "--json"], env=engine_on_s3["env"], capture_output=True, text=True, timeout=120
     )
     assert shown.returncode == 0 and json.loads(shown.stdout)["up"] is True, shown.stderr
-    assert secret not in log.read_text(errors="replace")
+    assert key not in log.read_text(errors="replace")
