@@ -78,7 +78,9 @@ def pytest_make_collect_report(
 def test_engine(tmp_path_factory) -> Generator[str | None, None, None]:
     """MILLPOND_TEST_ENGINE=on (`make test-engine`): one engine (`millpond engine start`) per test worker, named
     by SPARK_REMOTE, so every run a test starts, as a process or in-process, goes to it. docs/engine.md says which
-    suites pass this way. Off (`make test`): nothing."""
+    suites pass this way. The engine writes Spark's event log (its `spark.eventLog.dir`, through a spark-defaults.conf
+    of its own): what a test with a JVM of its own reads from that JVM's status store (e.g. the jobs it ran), a test on
+    the engine reads there. Off (`make test`): nothing."""
     from millpond import settings
 
     if settings.TEST_ENGINE.value() != "on":
@@ -90,6 +92,12 @@ def test_engine(tmp_path_factory) -> Generator[str | None, None, None]:
 
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "MILLPOND_FAULT")}
     env["MILLPOND_LAKE"] = str(tmp_path_factory.mktemp("test-engine"))
+    conf, events = tmp_path_factory.mktemp("test-engine-conf"), tmp_path_factory.mktemp("test-engine-events")
+    (conf / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.dir {events.as_uri()}\n"
+        "spark.eventLog.compress false\nspark.eventLog.rolling.enabled false\n"  # one plain JSON-lines file
+    )
+    env["SPARK_CONF_DIR"] = str(conf)  # spark-submit reads its spark-defaults.conf; the pyspark wheel ships none
     started = subprocess.run([MILLPOND, "engine", "start"], env=env, capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr[-3000:]
     os.environ["SPARK_REMOTE"] = started.stdout.strip().splitlines()[-1]

@@ -28,7 +28,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from millpond import settings
 from millpond.dev import process_group
@@ -206,7 +206,7 @@ def produce(
     A partition of None leaves it to Kafka's partitioner (the key's hash). A topic the broker does not have fails
     here, not after the writer's one-minute metadata wait.
     """
-    if topic not in topics(spark, bootstrap):
+    if not topic_exists(spark, bootstrap, topic):
         raise BrokerFailed(
             f"topic {topic!r} does not exist on {bootstrap}. Fix: make kafka-up (it creates every "
             "topic the specs in pipelines/ name), or create it with Kafka's TopicCommand"
@@ -217,28 +217,36 @@ def produce(
     frame.coalesce(1).write.format("kafka").option("kafka.bootstrap.servers", bootstrap).save()
 
 
-def topics(spark: SparkSession, bootstrap: str) -> set[str]:
-    """The broker's topic names, through the Kafka AdminClient on Spark's classpath (no extra JVM)."""
-    jvm: Any = spark.sparkContext._jvm  # py4j's view of the driver JVM (set while the session runs)
-    props = jvm.java.util.Properties()
-    props.put("bootstrap.servers", bootstrap)
-    props.put("request.timeout.ms", "10000")
-    props.put("default.api.timeout.ms", "15000")
-    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+def topic_exists(spark: SparkSession, bootstrap: str, topic: str) -> bool:
+    """Whether the broker has the topic, asked through Spark's Kafka connector (a read of at most one message): the
+    same on a JVM of the process's own and on an engine's Spark Connect session, which has no JVM to reach."""
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.request.timeout.ms", "10000")
+        .option("kafka.default.api.timeout.ms", "15000")
+        .option("fetchOffset.numRetries", "1")  # no broker: one 15 s wait, not three
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+    )
     try:
-        return set(admin.listTopics().names().get())
-    except Exception as error:  # py4j wraps the client's TimeoutException
+        reader.load().limit(1).collect()
+    except Exception as error:  # py4j's or Spark Connect's wrapper of the Kafka client's exception
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        if any("UnknownTopicOrPartitionException" in line for line in lines):
+            return False
+        cause = next((line.strip(" :\t") for line in lines if "org.apache.kafka" in line), lines[0])
         raise BrokerFailed(
             f"no Kafka broker answers on {bootstrap}. Fix: make kafka-up, or set "
-            f"MILLPOND_KAFKA_BOOTSTRAP to your cluster ({str(error).splitlines()[0]})"
+            f"MILLPOND_KAFKA_BOOTSTRAP to your cluster ({cause})"
         ) from error
-    finally:
-        admin.close()
+    return True
 
 
 def latest_event_time(spark: SparkSession, bootstrap: str, topic: str) -> datetime | None:
     """The greatest `event_time` among the topic's JSON values (None for an empty topic)."""
-    if topic not in topics(spark, bootstrap):
+    if not topic_exists(spark, bootstrap, topic):
         return None
     frame = (
         spark.read.format("kafka")

@@ -49,16 +49,17 @@ def expire_log(spark, table: Path, downstream: str = "") -> int:
     """What Delta's log cleanup leaves once a crashed batch's commit is older than `delta.logRetentionDuration`, and
     the table's version after it. A later commit (a property change) follows the batch's; the tables reading this
     one as a stream read past both (a stream cannot resume inside commits cleanup removed, so the retention must
-    outlast the gap between runs); Delta writes a checkpoint (DeltaLog.checkpoint) at the newest version; and every
-    commit file up to the batch's is removed, as cleanup removes them. delta-spark 4.4's own cleanup, run at a
-    checkpoint with a 1-hour retention and every log file dated three days back, deleted none ("Deleted 0 log
-    files"), so the files are removed here. The batch's commit must then be gone from the log."""
+    outlast the gap between runs); Delta writes a checkpoint at the newest version (the later commit sets
+    `delta.checkpointInterval` to 1: plain SQL, so on the engine's Connect session too); and every commit file up to
+    the batch's is removed, as cleanup removes them. delta-spark 4.4's own cleanup, run at a checkpoint with a 1-hour
+    retention and every log file dated three days back, deleted none ("Deleted 0 log files"), so the files are
+    removed here. The batch's commit must then be gone from the log."""
     batch_commit = max(commits_holding_txn(table))
     batch = commits_holding_txn(table)[batch_commit]
-    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('millpond.test.later' = '{time.time_ns()}')")
+    later = f"'millpond.test.later' = '{time.time_ns()}', 'delta.checkpointInterval' = '1'"
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ({later})")  # checkpointed: an interval of 1 commit
     if downstream:
         assert runner.main(["activity", "--tables", downstream, "--run-id", f"downstream-{time.time_ns()}"]) == 0
-    spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table)).checkpoint()
     newest = latest_version(table)
     assert newest > batch_commit and (table / "_delta_log" / f"{newest:020d}.checkpoint.parquet").exists()
     for file in (table / "_delta_log").iterdir():

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -225,21 +226,34 @@ def test_tables_and_layers_select_what_runs(spark, lake):
     assert runner.main(["activity", "--tables", "gold.nope"]) == 2
 
 
-def spark_job_descriptions(spark) -> list[str]:
-    """Every job this Spark application ran, as the Spark UI's Jobs page describes it."""
-    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
-    described = (jobs.apply(i).description() for i in range(jobs.size()))
-    return [d.get() for d in described if d.isDefined()]
+def spark_job_descriptions(spark, engine: str | None) -> list[str]:
+    """Every job the Spark application ran, as the Spark UI's Jobs page describes it: from the status store of the
+    tests' own JVM, or on the engine (`engine`, MILLPOND_TEST_ENGINE=on) from the engine's event log, which
+    tests/conftest.py::test_engine has it write (its `spark.eventLog.dir`, read back through the Connect session)."""
+    if not engine:
+        jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+        described = (jobs.apply(i).description() for i in range(jobs.size()))
+        return [d.get() for d in described if d.isDefined()]
+    folder = spark.conf.get("spark.eventLog.dir", None)
+    assert folder and spark.conf.get("spark.eventLog.enabled", None) == "true", "the engine writes no event log"
+    logs = list(Path(urlparse(folder).path).glob(f"{spark.conf.get('spark.app.id')}*"))
+    assert len(logs) == 1, f"the engine's event log in {folder}: {logs}"
+    starts = (json.loads(line) for line in logs[0].read_text().splitlines() if '"SparkListenerJobStart"' in line)
+    described = ((start.get("Properties") or {}).get("spark.job.description") for start in starts)
+    return [d for d in described if d]
 
 
-def test_a_batch_of_many_landing_files_is_listed_by_the_driver_not_by_a_spark_job(spark, lake):
+def test_a_batch_of_many_landing_files_is_listed_by_the_driver_not_by_a_spark_job(spark, lake, test_engine):
     # Spark lists more than 32 explicit paths (a file-stream batch's files) with a job of one task per path: about
-    # 1 s of B3's cold 200-file batch. A local session lists them on the driver.
+    # 1 s of B3's cold 200-file batch. A local session, or a local engine, lists them on the driver.
     land(lake, 40, rows=20, seed=31)
+    before = len(spark_job_descriptions(spark, test_engine))
     assert runner.main(["activity", "--layers", "bronze", "--run-id", "many-files"]) == 0
+    jobs = spark_job_descriptions(spark, test_engine)
+    assert len(jobs) > before  # the run's own jobs are among those read
+    assert [d for d in jobs if "Listing leaf files" in d] == []
     assert event_log(spark, "many-files")["bronze.activity"].rows_in == 800
     assert read(spark, "bronze.activity").select("_source_file").distinct().count() == 40
-    assert [d for d in spark_job_descriptions(spark) if "Listing leaf files" in d] == []
 
 
 def test_a_fresh_lake_is_a_successful_run_that_writes_nothing_and_says_why_without_a_jvm(lake, capsys):
