@@ -67,7 +67,7 @@ class RunGuard:
     each taking, so a retry of the same run id is another holder), its run id and process."""
 
     lock_path: str  # "" on an object-store lake, where the run holds a lease instead
-    commit_lock_path: str
+    commit_lock_path: str  # "" on an object-store lake: the worker's own (`_hold_commit_lock`)
     token: str
     run_id: str
     client_pid: int
@@ -274,8 +274,7 @@ def guard_for(pipeline: str, run_id: str) -> RunGuard:
     holding = holder_token(pipeline)
     if holding is None:
         raise RuntimeError(f"the pipeline lock of {pipeline!r} holds no token: take it first (millpond.lake.lock)")
-    commit_lock = str(paths.commit_lock_path(pipeline))
     held = lease.held(pipeline)
-    if held is not None and held.generation is not None:
-        return RunGuard("", commit_lock, holding, run_id, os.getpid(), held.url, held.generation, pipeline)
-    return RunGuard(str(paths.lock_path(pipeline)), commit_lock, holding, run_id, os.getpid())
+    if held is not None and held.generation is not None:  # the worker finds its commit lock in the engine's folder
+        return RunGuard("", "", holding, run_id, os.getpid(), held.url, held.generation, pipeline)
+    return RunGuard(str(paths.lock_path(pipeline)), str(paths.commit_lock_path(pipeline)), holding, run_id, os.getpid())

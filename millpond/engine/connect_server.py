@@ -81,16 +81,12 @@ class EngineState:
         return f"sc://{host}:{self.port}/" + (f";token={self.token}" if self.token else "")
 
 
-def engine_dir(lake: LakePath | None = None) -> Path:
-    return paths.engine_dir(lake)
-
-
 def state_path(lake: LakePath | None = None) -> Path:
-    return engine_dir(lake) / "engine.json"
+    return paths.engine_dir(lake) / "engine.json"
 
 
 def log_path(lake: LakePath | None = None) -> Path:
-    return engine_dir(lake) / "engine.log"
+    return paths.engine_dir(lake) / "engine.log"
 
 
 def remote() -> str | None:
@@ -200,7 +196,7 @@ def read_state(lake: LakePath | None = None) -> EngineState | None:
 
 
 def _write_state(state: EngineState, lake: LakePath) -> None:
-    folder = engine_dir(lake)
+    folder = paths.engine_dir(lake)
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     tmp = folder / f".engine.{os.getpid()}.tmp"
@@ -309,8 +305,8 @@ def start(
     secret = (os.environ.get(AUTH_ENV) or secrets.token_urlsafe(32)) if token else ""
     port = port or _free_port(host)
     log = log_path(lake)
-    engine_dir(lake).mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(engine_dir(lake), 0o700)
+    paths.engine_dir(lake).mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(paths.engine_dir(lake), 0o700)
     command = server_command(master or settings.SPARK_MASTER.value(), host, port, fingerprint, transform_parts(parts))
     if foreground:  # spark-submit execs the JVM: this pid becomes the server's
         _write_state(EngineState(os.getpid(), port, host, secret, fingerprint, parts, _now(), "-"), lake)

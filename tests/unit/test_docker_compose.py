@@ -138,6 +138,7 @@ def test_the_engine_is_a_connect_server_on_the_cluster_that_the_tasks_can_use(co
     assert engine["environment"]["MILLPOND_LAKE"] == common["MILLPOND_LAKE"] == "${MILLPOND_LAKE:-s3a://millpond/lake}"
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"):
         assert engine["environment"][name] == services["spark-worker-1"]["environment"][name], name
+    assert engine["environment"]["XDG_STATE_HOME"].startswith("/tmp/")  # its state folder: writable for any uid
     depends = services["airflow-scheduler"]["depends_on"]["spark-connect"]
     assert depends == {"condition": "service_healthy", "required": False}
     assert engine["healthcheck"]["test"] == ["CMD", "millpond", "engine", "status"]
