@@ -76,6 +76,16 @@ def versions(lake: Path) -> dict[str, int]:
     }
 
 
+def versions_after_death(lake: Path, what: str) -> dict[str, int]:
+    """The tables' versions once a commit already under way when the run died has had 2 s to finish, and the same
+    15 s later, when the server's query would have written its next commit: no later commit may start."""
+    time.sleep(2)
+    settled = versions(lake)
+    time.sleep(15)
+    assert versions(lake) == settled, f"a batch was committed after {what}"
+    return settled
+
+
 def test_start_prints_a_token_remote_on_localhost_and_status_reports_it(engine):
     remote, state = engine["remote"], engine["state"]
     assert remote.startswith(f"sc://localhost:{state['port']}/;token=") and len(state["token"]) >= 32
@@ -160,10 +170,7 @@ def test_a_killed_run_commits_nothing_after_its_death_and_a_rerun_equals_the_ref
         proc = start_run(run_env(lake, engine, MILLPOND_FAULT=fault))
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == -signal.SIGKILL, f"expected the run SIGKILLed at {fault}:\n{out[-3000:]}"
-        time.sleep(2)  # a commit already under way when the run died may finish; no later one may start
-        killed = versions(lake)
-        time.sleep(15)  # the server's query would have written its next commit by now
-        assert versions(lake) == killed, f"a batch was committed after the run was killed at {fault}"
+        killed = versions_after_death(lake, f"the run was killed at {fault}")
         if fault.endswith("before_write"):
             table = fault.split(":")[0]
             assert killed[table] == before[table], f"{table} committed the batch of a run killed before writing"
@@ -173,10 +180,7 @@ def test_a_killed_run_commits_nothing_after_its_death_and_a_rerun_equals_the_ref
     time.sleep(6)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
-    time.sleep(2)
-    killed = versions(lake)
-    time.sleep(15)
-    assert versions(lake) == killed, "a batch was committed after the run's process group was killed"
+    versions_after_death(lake, "the run's process group was killed")
 
     result = millpond(run_env(lake, engine), "run", "activity")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
@@ -194,10 +198,7 @@ def test_a_terminated_run_releases_its_session_and_its_queries_stop(spark, lake,
     os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
-    time.sleep(2)
-    stopped = versions(lake)
-    time.sleep(15)
-    assert versions(lake) == stopped, "the terminated run's queries went on committing"
+    versions_after_death(lake, "the run was terminated")
     result = millpond(run_env(lake, engine), "run", "activity")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert_matches_reference(spark, activity_reference(landing))
