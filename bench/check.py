@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
-from tests.support.reference import ActivityReference, activity_reference
+from tests.support.reference import ActivityKeys, activity_keys
 
 TABLES = ("bronze", "quarantine", "silver", "device_counts", "activity_hourly")
 
@@ -38,40 +38,44 @@ def check(side: str, landing: Path, tables: dict[str, Path | list[dict]]) -> dic
     A table is a Delta table's folder or its rows already read (DuckDB's). Returns the rows checked per table. A
     quarantine that was never written holds no rows.
     """
-    reference = _reference(tuple(sorted(str(p) for p in landing.glob("*.json"))), landing)
+    # Keyed by the files' names, inodes and sizes: every lake's landing holds hard links to the same pool files.
+    files = tuple(sorted((p.name, st.st_ino, st.st_size) for p in landing.glob("*.json") for st in [p.stat()]))
+    reference = _reference(files, landing)
     checked = {}
     for name, table in tables.items():
         if isinstance(table, list):
-            rows = table
+            columns = {c: [r[c] for r in table] for c in COLUMNS[name]}
         elif name == "quarantine" and not (table / "_delta_log").is_dir():
-            rows = []
+            columns = {}
         else:
-            rows = _read(table, COLUMNS[name])
-        problem = _compare(name, rows, reference)
+            columns = _read(table, COLUMNS[name])
+        rows = len(next(iter(columns.values()), []))
+        problem = _compare(name, columns, rows, reference)
         if problem:
             raise Mismatch(f"{side}: {name} ({table if isinstance(table, Path) else 'rows'}) differs: {problem}")
-        checked[name] = len(rows)
+        checked[name] = rows
     return checked
 
 
-@cache
-def _reference(files: tuple[str, ...], landing: Path) -> ActivityReference:
-    return activity_reference(landing)
+@lru_cache(maxsize=1)  # the large scale's keys take a few GB: one landing's at a time
+def _reference(files: tuple[tuple[str, int, int], ...], landing: Path) -> ActivityKeys:
+    return activity_keys(landing)
 
 
 COLUMNS = {
     "bronze": ["Device", "Index"],
-    "quarantine": None,
+    "quarantine": ["source_file"],  # one column: only the count is compared
     "silver": ["Device", "Index", "Recorded_At"],
     "device_counts": ["Device", "total_recordings"],
     "activity_hourly": ["hour", "gt", "recordings", "avg_x", "avg_y", "avg_z"],
 }
 
 
-def _read(path: Path, columns: list[str] | None) -> list[dict]:
+def _read(path: Path, columns: list[str]) -> dict[str, list]:
+    """The columns asked for, each a list (rows as dicts would take several times the memory at the large scale)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(str(path)).to_pyarrow_table(columns=columns).to_pylist()
+    return DeltaTable(str(path)).to_pyarrow_table(columns=columns).to_pydict()
 
 
 def _iso(moment: datetime | str | None) -> str | None:
@@ -82,29 +86,30 @@ def _iso(moment: datetime | str | None) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def _compare(name: str, rows: list[dict], reference: ActivityReference) -> str | None:
+def _compare(name: str, columns: dict[str, list], rows: int, reference: ActivityKeys) -> str | None:
     if name == "bronze":
-        expected = Counter((r.get("Device"), r.get("Index")) for r in reference.bronze)
-        actual = Counter((r["Device"], r["Index"]) for r in rows)
-        if actual != expected:
-            return f"{len(rows)} rows, expected {len(reference.bronze)} ({sum((actual - expected).values())} extra)"
+        actual = Counter(zip(columns["Device"], columns["Index"], strict=True))
+        if actual != reference.bronze:
+            extra = sum((actual - reference.bronze).values())
+            return f"{rows} rows, expected {reference.bronze.total()} ({extra} extra)"
     elif name == "quarantine":
-        if len(rows) != reference.quarantined:
-            return f"{len(rows)} quarantined lines, expected {reference.quarantined}"
+        if rows != reference.quarantined:
+            return f"{rows} quarantined lines, expected {reference.quarantined}"
     elif name == "silver":
-        keys = sorted((r["Device"], r["Index"], _iso(r["Recorded_At"])) for r in rows)
-        if len(keys) != len(set(keys)):
-            return f"{len(keys) - len(set(keys))} duplicate keys"
-        if keys != sorted(reference.silver):
-            return f"{len(keys)} keys, expected {len(reference.silver)}"
+        keys = set(zip(columns["Device"], columns["Index"], map(_iso, columns["Recorded_At"]), strict=True))
+        if len(keys) != rows:
+            return f"{rows - len(keys)} duplicate keys"
+        if keys != reference.silver:
+            return f"{rows} keys, expected {len(reference.silver)}"
     elif name == "device_counts":
-        counts = {r["Device"]: r["total_recordings"] for r in rows}
+        counts = dict(zip(columns["Device"], columns["total_recordings"], strict=True))
         if counts != reference.device_counts:
             return f"counts {sorted(counts.items())[:5]}..., expected {sorted(reference.device_counts.items())[:5]}..."
     elif name == "activity_hourly":
-        hourly = {(_iso(r["hour"]), r["gt"]): r for r in rows}
-        if set(hourly) != set(reference.hourly) or len(hourly) != len(rows):
-            return f"{len(rows)} (hour, gt) rows, expected {len(reference.hourly)}"
+        found = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+        hourly = {(_iso(r["hour"]), r["gt"]): r for r in found}
+        if set(hourly) != set(reference.hourly) or len(hourly) != rows:
+            return f"{rows} (hour, gt) rows, expected {len(reference.hourly)}"
         for key, want in reference.hourly.items():
             got = hourly[key]
             if got["recordings"] != want["recordings"] or any(

@@ -6,7 +6,9 @@ Used by every exactness test: row counts, keys and every gold value must match t
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+import sys
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -52,35 +54,97 @@ def well_formed(line: str) -> dict | None:
 
 def activity_reference(landing: Path, recursive: bool = False) -> ActivityReference:
     """`recursive`: the files of the landing folder's subfolders too (a source with a `layout`)."""
-    lines = [
-        line
-        for path in sorted(landing.rglob("*.json") if recursive else landing.glob("*.json"))
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-        if line.strip()
-    ]
-    bronze = [r for r in map(well_formed, lines) if r is not None]
+    lines = 0
+    bronze: list[dict] = []
     silver: dict[tuple, dict] = {}
-    for record in bronze:
-        if record.get("Device") is None or record.get("Recorded_At") is None:
+    gold = _Gold()
+    for record in _records(landing, recursive):
+        lines += 1
+        if record is None:
             continue
-        silver.setdefault((record["Device"], record.get("Index"), _ts(record["Recorded_At"])), record)
-    device_counts = Counter(key[0] for key in silver)
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for key, record in silver.items():
-        groups[(key[2][:13] + ":00:00.000Z", record.get("gt"))].append(record)
-    hourly = {
-        key: {"recordings": len(rows), **{f"avg_{c}": _avg([r.get(c) for r in rows]) for c in DOUBLES}}
-        for key, rows in groups.items()
-    }
-    return ActivityReference(len(lines), bronze, len(lines) - len(bronze), silver, dict(device_counts), hourly)
+        bronze.append(record)
+        key = _silver_key(record)
+        if key is not None and key not in silver:
+            silver[key] = record
+            gold.add(key, record)
+    return ActivityReference(lines, bronze, lines - len(bronze), silver, dict(gold.device_counts), gold.hourly())
+
+
+@dataclass
+class ActivityKeys:
+    """What `activity_reference` computes, without the rows: small enough for the benchmarks' 1 GB of landed files
+    (the rows as dicts would take over 20 GB), and the same values, from the same pass."""
+
+    lines: int
+    bronze: Counter  # (Device, Index) -> how many bronze rows carry it
+    quarantined: int
+    silver: set[tuple]  # (Device, Index, Recorded_At)
+    device_counts: dict[str, int]
+    hourly: dict[tuple, dict]
+
+
+def activity_keys(landing: Path, recursive: bool = False) -> ActivityKeys:
+    lines = 0
+    bronze: Counter = Counter()
+    silver: set[tuple] = set()
+    gold = _Gold()
+    for record in _records(landing, recursive):
+        lines += 1
+        if record is None:
+            continue
+        device = record.get("Device")
+        bronze[(sys.intern(device) if device is not None else None, record.get("Index"))] += 1
+        key = _silver_key(record)
+        if key is not None and key not in silver:
+            silver.add(key)
+            gold.add(key, record)
+    return ActivityKeys(lines, bronze, lines - bronze.total(), silver, dict(gold.device_counts), gold.hourly())
+
+
+def _records(landing: Path, recursive: bool) -> Iterator[dict | None]:
+    """Each non-blank landed line, in file order, parsed (None: malformed); one file in memory at a time."""
+    for path in sorted(landing.rglob("*.json") if recursive else landing.glob("*.json")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.strip():
+                yield well_formed(line)
+
+
+def _silver_key(record: dict) -> tuple | None:
+    """Silver's dedup key (Device, Index, Recorded_At), or None for a row silver filters out."""
+    if record.get("Device") is None or record.get("Recorded_At") is None:
+        return None
+    return (sys.intern(record["Device"]), record.get("Index"), _ts(record["Recorded_At"]))
+
+
+class _Gold:
+    """The gold tables over silver's rows, fed in silver's order (the first row of each key): per-device counts, and
+    per (UTC hour, gt) the rows and the mean of each double (summed left to right, as `sum` would)."""
+
+    def __init__(self) -> None:
+        self.device_counts: Counter = Counter()
+        self.groups: dict[tuple, list] = {}  # (hour, gt) -> [rows, sums per double, present values per double]
+
+    def add(self, key: tuple, record: dict) -> None:
+        self.device_counts[key[0]] += 1
+        group = self.groups.setdefault((key[2][:13] + ":00:00.000Z", record.get("gt")), [0, [0] * 3, [0] * 3])
+        group[0] += 1
+        for i, column in enumerate(DOUBLES):
+            value = record.get(column)
+            if value is not None:
+                group[1][i] += value
+                group[2][i] += 1
+
+    def hourly(self) -> dict[tuple, dict]:
+        return {
+            key: {
+                "recordings": rows,
+                **{f"avg_{c}": sums[i] / present[i] if present[i] else None for i, c in enumerate(DOUBLES)},
+            }
+            for key, (rows, sums, present) in self.groups.items()
+        }
 
 
 def _ts(text: str) -> str:
     """Normalise to the ISO form the Spark side is read back in (UTC, milliseconds, Z)."""
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def _avg(values: list) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
