@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
-from functools import lru_cache
 from pathlib import Path
 
 from tests.support.reference import ActivityKeys, activity_keys
@@ -38,9 +37,7 @@ def check(side: str, landing: Path, tables: dict[str, Path | list[dict]]) -> dic
     A table is a Delta table's folder or its rows already read (DuckDB's). Returns the rows checked per table. A
     quarantine that was never written holds no rows.
     """
-    # Keyed by the files' names, inodes and sizes: every lake's landing holds hard links to the same pool files.
-    files = tuple(sorted((p.name, st.st_ino, st.st_size) for p in landing.glob("*.json") for st in [p.stat()]))
-    reference = _reference(files, landing)
+    reference = _reference(landing)
     checked = {}
     for name, table in tables.items():
         if isinstance(table, list):
@@ -57,9 +54,21 @@ def check(side: str, landing: Path, tables: dict[str, Path | list[dict]]) -> dic
     return checked
 
 
-@lru_cache(maxsize=1)  # the large scale's keys take a few GB: one landing's at a time
-def _reference(files: tuple[tuple[str, int, int], ...], landing: Path) -> ActivityKeys:
-    return activity_keys(landing)
+_references: dict[tuple, ActivityKeys] = {}
+
+
+def _reference(landing: Path) -> ActivityKeys:
+    """The keys over `landing`, computed once per set of landed files: every lake's landing hard-links the same pool
+    files, so the set is named by the files' names, devices, inodes and sizes, not by the folder. The large scale's
+    keys take about 2 GB: the two newest sets are kept (B8 checks the history, then the history and the new unit)."""
+    files = tuple(
+        sorted((p.name, st.st_dev, st.st_ino, st.st_size) for p in landing.glob("*.json") for st in [p.stat()])
+    )
+    if files not in _references:
+        while len(_references) >= 2:
+            del _references[next(iter(_references))]
+        _references[files] = activity_keys(landing)
+    return _references[files]
 
 
 COLUMNS = {

@@ -84,6 +84,7 @@ class ActivityKeys:
 
 
 def activity_keys(landing: Path, recursive: bool = False) -> ActivityKeys:
+    """`activity_reference` without the rows (bench/check.py at the large scale)."""
     lines = 0
     bronze: Counter = Counter()
     silver: set[tuple] = set()
@@ -126,7 +127,9 @@ class _Gold:
 
     def add(self, key: tuple, record: dict) -> None:
         self.device_counts[key[0]] += 1
-        group = self.groups.setdefault((key[2][:13] + ":00:00.000Z", record.get("gt")), [0, [0] * 3, [0] * 3])
+        group = self.groups.setdefault(
+            (key[2][:13] + ":00:00.000Z", record.get("gt")), [0, [0] * len(DOUBLES), [0] * len(DOUBLES)]
+        )
         group[0] += 1
         for i, column in enumerate(DOUBLES):
             value = record.get(column)

@@ -3,6 +3,8 @@ that refuses a side whose tables differ from the reference (docs/benchmarks.md).
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
@@ -10,7 +12,7 @@ from deltalake import write_deltalake
 from bench.check import Mismatch, check
 from bench.run import markdown, met
 from millpond.dev.sample_data import activity_files
-from tests.support.reference import activity_reference
+from tests.support.reference import activity_keys, activity_reference
 
 pytestmark = pytest.mark.unit
 
@@ -78,3 +80,21 @@ def test_a_side_whose_table_lacks_a_row_or_repeats_one_fails_the_check(tmp_path)
             landing,
             {"silver": [dict(zip(("Device", "Index", "Recorded_At"), k, strict=True)) for k in [*keys, keys[0]]]},
         )
+
+
+def test_the_keys_the_check_uses_are_the_references_and_a_bronze_with_an_extra_row_fails(tmp_path):
+    landing = tmp_path / "landing"
+    activity_files(landing, 3, 80, duplicates=0.1, malformed=0.05, seed=11)
+    reference, keys = activity_reference(landing), activity_keys(landing)
+    assert (keys.lines, keys.quarantined, keys.device_counts, keys.hourly) == (
+        reference.lines,
+        reference.quarantined,
+        reference.device_counts,
+        reference.hourly,
+    )
+    assert keys.bronze == Counter((r.get("Device"), r.get("Index")) for r in reference.bronze)
+    assert keys.silver == set(reference.silver)
+    bronze = [{"Device": r.get("Device"), "Index": r.get("Index")} for r in reference.bronze]
+    assert check("ok side", landing, {"bronze": bronze}) == {"bronze": len(bronze)}
+    with pytest.raises(Mismatch, match=r"extra side: bronze .* \(1 extra\)"):
+        check("extra side", landing, {"bronze": [*bronze, bronze[0]]})
