@@ -5,7 +5,7 @@ daemon off (pyspark's StreamingPythonRunner), so every query of every run pays a
 function needs. This starts an engine (`millpond engine start`) on an empty lake and times queries over a one-line
 file whose batch only counts, alternating three functions: one that imports nothing, one that imports millpond's
 sinks (what a run's batch function unpickles), and one that also imports Great Expectations (what a gated table's
-batch imports for its gate). Writes bench/results-worker.json (not committed). Usage:
+batch imports for its gate); and, as the control, the same query into Spark's `noop` sink, with no Python worker. Writes bench/results-worker.json (not committed). Usage:
 
     .venv/bin/python bench/worker_cost.py [--repeats 5]
 """
@@ -47,7 +47,13 @@ def imports_gx(batch, batch_id: int) -> None:
     batch.count()
 
 
-FUNCTIONS = {"nothing imported": counts, "millpond's sinks": imports_sinks, "sinks and great_expectations": imports_gx}
+# None: the control, the same query into Spark's `noop` sink, which starts no Python worker.
+FUNCTIONS = {
+    "no foreachBatch (noop sink)": None,
+    "nothing imported": counts,
+    "millpond's sinks": imports_sinks,
+    "sinks and great_expectations": imports_gx,
+}
 
 
 def measure(remote: str, repeats: int, work: Path) -> dict[str, list[float]]:
@@ -62,11 +68,10 @@ def measure(remote: str, repeats: int, work: Path) -> dict[str, list[float]]:
         order = list(FUNCTIONS.items()) if rep % 2 == 0 else list(reversed(FUNCTIONS.items()))
         for name, function in order:
             started = time.perf_counter()
+            writer = spark.readStream.format("text").load(str(source)).writeStream
+            writer = writer.format("noop") if function is None else writer.foreachBatch(function)
             query = (
-                spark.readStream.format("text")
-                .load(str(source))
-                .writeStream.foreachBatch(function)
-                .option("checkpointLocation", str(work / f"checkpoint-{rep}-{len(seconds[name])}-{function.__name__}"))
+                writer.option("checkpointLocation", str(work / f"checkpoint-{rep}-{list(FUNCTIONS).index(name)}"))
                 .trigger(availableNow=True)
                 .start()
             )
