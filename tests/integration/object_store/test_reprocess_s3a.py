@@ -1,8 +1,8 @@
 """`millpond run --reprocess START/END` with `MILLPOND_LAKE=s3a://...` against a real S3 server, through real
 `millpond run` processes: one hour of a `layout` source re-delivered in the bucket (corrected content under the same
 names, one file removed, one added), rebuilt in every table from the bucket's files as they are now, each then equal
-to the plain-Python reference over a local copy of those files; the other hour's rows untouched. (That the same
-reprocess again changes nothing is the folder lake's test_reprocess_cli.py: the bucket adds nothing to it.)
+to the plain-Python reference over a local copy of those files; the other hour's rows untouched. That the same
+reprocess again changes nothing is tested on a folder lake without a layout (test_reprocess_cli.py), not here.
 
 Tables are read back by delta-rs (tests/support/lake_tables.py): the runs are the only JVMs.
 """
