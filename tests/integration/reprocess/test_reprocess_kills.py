@@ -46,19 +46,21 @@ CASES = [
 
 
 def test_killed_reprocesses_rerun_equal_the_reference(spark, lake):
-    """One lake through every case in turn (hour 1 re-delivered anew for each): a case's kills and rerun start from
-    the tables the previous case left, as a schedule's would."""
+    """One lake through every case in turn: a case's kills and rerun start from the tables the previous case left, as
+    a schedule's would. With each case hour 1 is re-delivered anew and a new file lands, so each case's reference
+    also holds that the killed runs and the rerun ingested the new file exactly once."""
     landing = lake / "landing" / "activity"
     activity_files(landing, 4 * FILES_PER_HOUR, 50, duplicates=0.05, malformed=0.02, seed=1)
     run(lake, args=())
-    for seed, (faults, rerun) in enumerate(CASES, start=5):
-        redeliver_hour_1(landing, seed=seed)
+    for case, (faults, rerun) in enumerate(CASES):
+        redeliver_hour_1(landing, seed=5 + case)
+        activity_files(landing, 1, 50, seed=20 + case, start_index=4 * FILES_PER_HOUR + case)
         for fault in faults:
             run(lake, fault)
         assert pending_reprocess.pending("activity"), faults  # recorded before the first replacement
         run(lake, args=rerun)
         assert_matches_reference(spark, activity_reference(landing))
         assert not pending_reprocess.pending("activity"), faults
-    activity_files(landing, 2, 50, seed=9, start_index=4 * FILES_PER_HOUR)
+    activity_files(landing, 2, 50, seed=9, start_index=4 * FILES_PER_HOUR + len(CASES))
     run(lake, args=())
     assert_matches_reference(spark, activity_reference(landing))
