@@ -11,7 +11,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
@@ -129,6 +129,13 @@ def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline
 
     _reachable_or_refuse(remote)
     spark = SparkSession.builder.remote(remote).create()
+    # The run's session becomes this process's default and active one: libraries find their session that way (GX's
+    # Spark datasource, pyspark's own getOrCreate), and create() makes a session the default only when there is none,
+    # so in a process already holding another Connect session (a test's, a notebook's) they would mix the two
+    # (SESSION_NOT_SAME, DATAFRAME_NOT_FOUND). pyspark offers no public setter for a Connect session.
+    connect_session_class: Any = type(spark)  # pyspark.sql.connect.session.SparkSession
+    connect_session_class._default_session = spark
+    connect_session_class._active_session.session = spark
     server = spark.conf.get(FINGERPRINT_CONF, None)
     server_transforms = json.loads(spark.conf.get(TRANSFORMS_CONF, None) or "{}")
     ours, parts = code_fingerprint(pipeline)
