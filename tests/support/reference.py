@@ -58,15 +58,12 @@ def activity_reference(landing: Path, recursive: bool = False) -> ActivityRefere
     bronze: list[dict] = []
     silver: dict[tuple, dict] = {}
     gold = _Gold()
-    for record in _records(landing, recursive):
+    for record, first_of_key in _scan(landing, recursive, gold):
         lines += 1
-        if record is None:
-            continue
-        bronze.append(record)
-        key = _silver_key(record)
-        if key is not None and key not in silver:
-            silver[key] = record
-            gold.add(key, record)
+        if record is not None:
+            bronze.append(record)
+        if first_of_key is not None:
+            silver[first_of_key] = record
     return ActivityReference(lines, bronze, lines - len(bronze), silver, dict(gold.device_counts), gold.hourly())
 
 
@@ -89,17 +86,28 @@ def activity_keys(landing: Path, recursive: bool = False) -> ActivityKeys:
     bronze: Counter = Counter()
     silver: set[tuple] = set()
     gold = _Gold()
-    for record in _records(landing, recursive):
+    for record, first_of_key in _scan(landing, recursive, gold):
         lines += 1
-        if record is None:
-            continue
-        device = record.get("Device")
-        bronze[(sys.intern(device) if device is not None else None, record.get("Index"))] += 1
-        key = _silver_key(record)
-        if key is not None and key not in silver:
-            silver.add(key)
-            gold.add(key, record)
+        if record is not None:
+            device = record.get("Device")
+            bronze[(sys.intern(device) if device is not None else None, record.get("Index"))] += 1
+        if first_of_key is not None:
+            silver.add(first_of_key)
     return ActivityKeys(lines, bronze, lines - bronze.total(), silver, dict(gold.device_counts), gold.hourly())
+
+
+def _scan(landing: Path, recursive: bool, gold: _Gold) -> Iterator[tuple[dict | None, tuple | None]]:
+    """Each non-blank landed line parsed (None: malformed), with its silver key when it is the first row of that key
+    (silver keeps it, and it is added to `gold`), else None: the one pass both forms of the reference share."""
+    seen: set[tuple] = set()
+    for record in _records(landing, recursive):
+        key = _silver_key(record) if record is not None else None
+        if key is None or key in seen:
+            yield record, None
+            continue
+        seen.add(key)
+        gold.add(key, record)
+        yield record, key
 
 
 def _records(landing: Path, recursive: bool) -> Iterator[dict | None]:
