@@ -5,7 +5,8 @@ daemon off (pyspark's StreamingPythonRunner), so every query of every run pays a
 function needs. This starts an engine (`millpond engine start`) on an empty lake and times queries over a one-line
 file whose batch only counts, alternating three functions: one that imports nothing, one that imports millpond's
 sinks (what a run's batch function unpickles), and one that also imports Great Expectations (what a gated table's
-batch imports for its gate); and, as the control, the same query into Spark's `noop` sink, with no Python worker. Writes bench/results-worker.json (not committed). Usage:
+batch imports for its gate); and, as the control, the same query into Spark's `noop` sink, with no Python worker.
+Writes bench/results-worker.json (not committed). Usage:
 
     .venv/bin/python bench/worker_cost.py [--repeats 5]
 """
@@ -98,8 +99,9 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {
-        "what": "wall seconds of an availableNow foreachBatch query on the engine whose one batch counts one row, "
-        "by what its function imports; the first query of all (the server's first) is in the first repeat",
+        "what": "wall seconds of an availableNow query on the engine over a one-line file: into the noop sink (no "
+        "Python worker), or through a foreachBatch that counts, by what its function imports; the server's first "
+        "query is in the first repeat",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "load_average": os.getloadavg()},
         "seconds": seconds,
