@@ -38,8 +38,9 @@ def well_formed(line: str) -> dict | None:
     for name in STRINGS:
         if record.get(name) is not None and not isinstance(record[name], str):
             return None
-    if record.get("Index") is not None and (isinstance(record["Index"], bool) or not isinstance(record["Index"], int)):
-        return None
+    index = record.get("Index")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or not -(2**63) <= index < 2**63):
+        return None  # a long: Spark's parse of a larger integer fails
     for name in DOUBLES:
         value = record.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
