@@ -36,12 +36,16 @@ class Measured:
 
 
 def measure(command: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> Measured:
-    """Start `command` in its own session and sample the RSS of every process in it until it exits."""
+    """Start `command` in its own session and sample the RSS of every process in it until it exits.
+
+    Its Python (PYSPARK_PYTHON) is this interpreter unless set, as `make bench` sets it: pyspark's `spark-submit`
+    script looks for pyspark with it, and a bare `python -m bench.run` would otherwise leave it to `python3` on PATH.
+    """
     started = time.perf_counter()
     proc = subprocess.Popen(
         command,
         cwd=REPO,
-        env={**os.environ, **(env or {})},
+        env={"PYSPARK_PYTHON": sys.executable, **os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
