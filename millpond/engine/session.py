@@ -136,16 +136,21 @@ def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline
     connect_session_class: Any = type(spark)  # pyspark.sql.connect.session.SparkSession
     connect_session_class._default_session = spark
     connect_session_class._active_session.session = spark
-    server = spark.conf.get(FINGERPRINT_CONF, None)
-    server_transforms = json.loads(spark.conf.get(TRANSFORMS_CONF, None) or "{}")
-    ours, parts = code_fingerprint(pipeline)
-    if pipeline is None:  # a session that runs no transform (reading tables back)
-        parts = {name: value for name, value in parts.items() if name not in transform_parts(parts)}
-    if server != ours or stale_transforms(server_transforms, parts):
-        spark.stop()
-        state = read_state()
-        raise EngineError(stale_message(server, ours, {**(state.parts if state else {}), **server_transforms}, parts))
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    try:
+        server = spark.conf.get(FINGERPRINT_CONF, None)
+        server_transforms = json.loads(spark.conf.get(TRANSFORMS_CONF, None) or "{}")
+        ours, parts = code_fingerprint(pipeline)
+        if pipeline is None:  # a session that runs no transform (reading tables back)
+            parts = {name: value for name, value in parts.items() if name not in transform_parts(parts)}
+        if server != ours or stale_transforms(server_transforms, parts):
+            state = read_state()
+            raise EngineError(
+                stale_message(server, ours, {**(state.parts if state else {}), **server_transforms}, parts)
+            )
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    except BaseException:
+        spark.stop()  # a refused or failed session is neither left open on the server nor the process's default
+        raise
     return spark
 
 
@@ -179,11 +184,17 @@ def engine_session(shuffle_partitions: int, reports: LakePath, pipeline: Pipelin
     remote = engine_remote()
     if remote is None:
         return None
-    spark = connect_session(remote, shuffle_partitions, pipeline)
+    give_back = _callers_connect_session()
+    try:
+        spark = connect_session(remote, shuffle_partitions, pipeline)
+    except BaseException:
+        give_back()  # a refused run leaves the caller's session as it found it
+        raise
     print(f"millpond: on the engine at {remote.split(';')[0]}, session {getattr(spark, 'session_id', '?')}", flush=True)
 
     def release() -> None:
         spark.stop()
+        give_back()
         paths.remove_tree(reports)  # the batches' reports
 
     def terminate(signum: int, frame: object) -> None:
@@ -194,6 +205,27 @@ def engine_session(shuffle_partitions: int, reports: LakePath, pipeline: Pipelin
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, terminate)
     return spark
+
+
+def _callers_connect_session() -> Callable[[], None]:
+    """What makes the process's Connect session before a run (a notebook's, if any) its default and active one again,
+    once the run's session, which connect_session made both, has stopped or failed (pyspark's private attributes, as
+    there)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    connect_session_class: Any = ConnectSession
+    default = connect_session_class._default_session
+    active = getattr(connect_session_class._active_session, "session", None)
+
+    def give_back() -> None:
+        current = connect_session_class._default_session
+        if current is None or current.is_stopped:
+            connect_session_class._default_session = default
+        current = getattr(connect_session_class._active_session, "session", None)
+        if current is None or current.is_stopped:
+            connect_session_class._active_session.session = active
+
+    return give_back
 
 
 def release_engine_session() -> None:

@@ -160,6 +160,50 @@ def test_runs_on_the_engine_equal_the_reference(spark, lake, engine):
     assert data_commits_without_txn(lake) == []
 
 
+IN_A_NOTEBOOK = """
+import os, sys, threading, traceback
+from pathlib import Path
+from pyspark.sql.connect.session import SparkSession
+from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
+
+try:
+    own = SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).create()  # the notebook's session, made first
+    own.range(1).collect()
+    codes = [runner.main(["activity", "--run-id", "first"])]
+    activity_files(Path(sys.argv[1]), 12, 30, duplicates=0.1, malformed=0.05, seed=7, start_index=12)  # hour 1 anew
+    codes.append(runner.main(["activity", "--reprocess", "2026-11-01T01:00:00Z/2026-11-01T02:00:00Z"]))
+    default = []  # another thread has no active session of its own: it finds the process's default
+    finder = threading.Thread(target=lambda: default.append(SparkSession.active() is own))
+    finder.start()
+    finder.join()
+    print("CODES", codes, "ACTIVE", SparkSession.getActiveSession() is own, "DEFAULT", default[0], flush=True)
+    print("STILL ANSWERS", own.range(2).count(), flush=True)
+except BaseException:
+    traceback.print_exc()
+finally:
+    os._exit(0)  # the Connect client's threads would hold the interpreter open
+"""
+
+
+def test_runs_called_in_a_process_holding_its_own_connect_session_use_theirs_and_give_it_back(spark, lake, engine):
+    """A notebook on the engine calls the runner: the reprocess's client-side slices (silver's gated one, GX) must
+    use the run's session, not the notebook's (they find it as the process's default), and the notebook's session
+    is its process's own again afterwards."""
+    landing = lake / "landing" / "activity"
+    activity_files(landing, 48, 30, duplicates=0.05, malformed=0.02, seed=1)  # hours 0-3: the watermark passes 1
+    done = subprocess.run(
+        [sys.executable, "-c", IN_A_NOTEBOOK, str(landing)],
+        env=run_env(lake, engine),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    said = done.stdout + done.stderr
+    assert "CODES [0, 0] ACTIVE True DEFAULT True" in done.stdout and "STILL ANSWERS 2" in done.stdout, said[-4000:]
+    assert_matches_reference(spark, activity_reference(landing))
+
+
 def test_a_killed_run_commits_nothing_after_its_death_and_a_rerun_equals_the_reference(spark, lake, engine):
     """The fault points of a batch are reached in the server's batch worker, which SIGKILLs the run's own process
     there: the batch must then stop before its next commit, though the server lives on."""
