@@ -13,8 +13,8 @@ import time
 
 import duckdb
 
-STRINGS = ("Device", "Model", "User", "gt")
-DOUBLES = ("x", "y", "z")
+from tests.support.reference import DOUBLES, STRINGS  # the rules below restate the reference's, field for field
+
 FIELDS = ("Recorded_At", *STRINGS, "Index", *DOUBLES)
 NUMBERS = "'BIGINT', 'UBIGINT'"  # DuckDB's JSON type of a positive integer is UBIGINT
 
