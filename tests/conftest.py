@@ -2,8 +2,9 @@
 2 shuffle partitions), a lake per test, and one session-scoped Kafka broker for the tests that ask for it.
 
 The marker rule: `make check` runs `pytest -m unit` and trusts that nothing it selects starts a JVM or Airflow, and
-`make test` runs both kinds. A test with no kind, both kinds, or a kind its folder contradicts would silently land in
-the wrong lane, so collection fails instead, naming the test.
+`make test` runs both kinds, less the integration tests marked `long` (`make test-long`). A test with no kind, both
+kinds, a kind its folder contradicts, or a unit test marked `long` would silently land in the wrong lane, so collection
+fails instead, naming the test.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def marker_problem(item: pytest.Item) -> str | None:
         return f"is marked both unit and integration: keep only `{folder}`, or move it to the other folder"
     if kinds[0] != folder:
         return f"is marked {kinds[0]} but lives in tests/{folder}/: mark it `{folder}`, or move it to tests/{kinds[0]}/"
+    if folder == "unit" and item.get_closest_marker("long"):
+        return "is a unit test marked long: `long` keeps integration tests out of `make test`; drop it"
     return None
 
 
@@ -72,6 +75,24 @@ def pytest_make_collect_report(
             report.longrepr = "tests that break the marker rule (tests/conftest.py):\n  " + "\n  ".join(problems)
             report.result = []
     return report
+
+
+LONGEST_FIRST = TESTS / "longest_first.txt"
+
+
+def longest_first() -> list[str]:
+    """The test files tests/longest_first.txt names, longest first (comments and blank lines dropped)."""
+    lines = (line.split("#", 1)[0].strip() for line in LONGEST_FIRST.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files tests/longest_first.txt names run first, in its order, and the rest after, as collected. `make test`
+    hands whole files to two workers (`--dist loadfile --no-loadscope-reorder`), and a worker claims its next file
+    while it still runs one: started last, a long file keeps one worker busy for minutes after the other ran out of
+    files. pytest-xdist's own reorder puts files with the fewest tests last, and those are the longest here."""
+    rank = {path: n for n, path in enumerate(longest_first())}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,5 +1,6 @@
-"""The marker rule of tests/conftest.py, on a throwaway test tree run by a real pytest: a test that escapes it fails
-collection naming the test, so `make check` (`pytest -m unit`) can trust its selection."""
+"""The marker rule and the file order of tests/conftest.py, on a throwaway test tree run by a real pytest: a test
+that escapes the rule fails collection naming the test, so `make check` (`pytest -m unit`) can trust its selection;
+the files tests/longest_first.txt names start first."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def tree(pytester: pytest.Pytester) -> pytest.Pytester:
         (tests / folder / "__init__.py").write_text("")
     (tests / "__init__.py").write_text("")
     shutil.copy(REPO / "tests" / "conftest.py", tests / "conftest.py")
+    shutil.copy(REPO / "tests" / "longest_first.txt", tests / "longest_first.txt")
     shutil.copy(REPO / "tests" / "support" / "__init__.py", tests / "support" / "__init__.py")
     (pytester.path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
     return pytester
@@ -64,8 +66,13 @@ def test_well_marked_tests_run_in_their_lane(tree):
             "pytestmark = pytest.mark.unit\n\ndef test_bad():\n    pass\n",
             "lives outside tests/unit/ and tests/integration/",
         ),
+        (
+            "tests/unit/test_bad.py",
+            "pytestmark = [pytest.mark.unit, pytest.mark.long]\n\ndef test_bad():\n    pass\n",
+            "is a unit test marked long",
+        ),
     ],
-    ids=["unmarked", "both", "integration-in-unit", "unit-in-integration", "outside"],
+    ids=["unmarked", "both", "integration-in-unit", "unit-in-integration", "outside", "long-unit"],
 )
 def test_a_test_that_escapes_the_rule_fails_collection_naming_it(tree, path, body, reason):
     write(tree, "tests/unit/test_a.py", "pytestmark = pytest.mark.unit\n\ndef test_a():\n    pass\n")
@@ -82,3 +89,31 @@ def test_under_xdist_a_test_that_escapes_the_rule_fails_the_run_naming_it(tree):
     result = run(tree, "-n", "2", "--dist", "loadfile")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*tests/integration/test_bad.py::test_bad has no marker*"])
+
+
+def test_the_files_longest_first_names_start_first_in_its_order(tree):
+    """`make test`'s options on one worker, so the order the worker ran the files in shows: those the list names in
+    its order, the rest after (pytest-xdist alone would start the file with the most tests first)."""
+    write(
+        tree,
+        "tests/unit/test_a.py",
+        "pytestmark = pytest.mark.unit\n\n" + "".join(f"def test_a{n}():\n    pass\n\n" for n in range(3)),
+    )
+    write(tree, "tests/unit/test_b.py", "pytestmark = pytest.mark.unit\n\ndef test_b():\n    pass\n")
+    write(tree, "tests/unit/test_c.py", "pytestmark = pytest.mark.unit\n\ndef test_c():\n    pass\n")
+    (tree.path / "tests" / "longest_first.txt").write_text(
+        "# longest first\ntests/unit/test_c.py\n\ntests/unit/test_b.py\n"
+    )
+    result = run(tree, "-n", "1", "--dist", "loadfile", "--no-loadscope-reorder", "-v")
+    result.assert_outcomes(passed=5)
+    ran = [line.split("PASSED ")[1].split("::")[0] for line in result.outlines if "PASSED tests/" in line]
+    assert ran == ["tests/unit/test_c.py", "tests/unit/test_b.py", *["tests/unit/test_a.py"] * 3], result.outlines
+
+
+def test_every_file_longest_first_names_exists():
+    """A renamed or deleted file left in the list would silently start last again."""
+    from tests.conftest import longest_first
+
+    named = longest_first()
+    assert named and all((REPO / path).is_file() and path.startswith("tests/integration/") for path in named), named
+    assert len(set(named)) == len(named), named

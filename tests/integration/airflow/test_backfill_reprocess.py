@@ -21,7 +21,7 @@ from tests.support.airflow_run import wait_for
 from tests.support.lake_tables import assert_matches_reference
 from tests.support.reference import activity_reference
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 FILES_PER_HOUR = 3600 // SECONDS_PER_FILE
 DAY = datetime(2026, 11, 1, tzinfo=UTC)

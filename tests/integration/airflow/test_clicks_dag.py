@@ -23,7 +23,7 @@ from tests.integration.pipelines.test_joins import (
 )
 from tests.support.airflow_run import airflow_env, dags_test, migrate, spark_processes
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_a_clicks_dag_run_matches_the_reference(tmp_path, spark, monkeypatch):

@@ -23,7 +23,7 @@ from tests.support.airflow_run import BIN, airflow_env, dags_test, migrate, spar
 from tests.support.lake_tables import assert_matches_reference
 from tests.support.reference import activity_reference
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def free_port() -> int:

@@ -100,6 +100,7 @@ def test_dag_run_processes_landed_files_end_to_end(site, spark):
     assert {e.trigger for e in events} == {"manual"}
 
 
+@pytest.mark.long
 def test_backfill_of_two_intervals_adds_no_duplicates_and_the_second_writes_nothing(site, spark):
     root, lake, env = site
     land(lake, 1, seed=2)

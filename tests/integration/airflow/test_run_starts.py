@@ -21,7 +21,7 @@ from millpond.runs import run_summary
 from tests.support import REPO
 from tests.support.airflow_run import BIN, airflow_env, dags_test, migrate, spark_processes, stop_group
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 TABLES = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
 

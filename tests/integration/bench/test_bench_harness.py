@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_tiny_scale_measures_both_sides_and_writes_results(tmp_path):

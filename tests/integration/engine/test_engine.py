@@ -263,6 +263,7 @@ def test_a_run_with_other_code_than_the_engine_refuses(lake, engine, tmp_path):
     assert "STALE, jars changed since start" in shown.stdout
 
 
+@pytest.mark.long
 def test_the_clicks_pipeline_on_the_engine_equals_a_run_in_a_jvm_of_its_own(spark, tmp_path, engine):
     """A stream-stream join, a dimension lookup and gold aggregates: the same landed files run on the engine and in a
     JVM of the run's own give the same rows in every table (the time of ingestion aside)."""

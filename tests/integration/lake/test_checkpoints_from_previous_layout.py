@@ -25,7 +25,7 @@ from millpond.engine import runner
 from tests.integration.pipelines.test_stateful import ROUNDS, land, read_latest, read_sessions, reference, write_spec
 from tests.support import REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 PREVIOUS_LAYOUT = "4efcaf0"  # the last commit before millpond became one package arranged by role

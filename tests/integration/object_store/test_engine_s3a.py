@@ -28,7 +28,7 @@ from tests.support.lake_tables import assert_matches_reference_rs
 from tests.support.reference import activity_reference
 from tests.support.stress import MILLPOND, assert_nothing_left, start_run
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 TABLES = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
 
