@@ -187,7 +187,8 @@ test-long: browser setup kafka-broker s3proxy s3a-jars
 test-engine: browser setup kafka-broker s3proxy s3a-jars
 	MILLPOND_TEST_ENGINE=on $(BIN)/python -m pytest -m integration -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-# The fast lane: no JVM, no Airflow process, a few minutes on two cores. `make test` is the whole truth.
+# The fast lane: no JVM, no Airflow process, a few minutes on two cores. `make test` and `make test-long` are the
+# whole truth.
 check: lint test-unit
 
 lint: setup
