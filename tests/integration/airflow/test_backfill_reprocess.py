@@ -16,7 +16,14 @@ import pytest
 from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
 from millpond.runs import run_summary
 from tests.integration.airflow.test_airflow_up import make, stack  # noqa: F401 - `stack` is the fixture used here
-from tests.integration.airflow.test_make_up_runs import DONE, client, finished, state_of, task_states
+from tests.integration.airflow.test_make_up_runs import (
+    DONE,
+    client,
+    create_backfill,
+    finished,
+    state_of,
+    task_states,
+)
 from tests.support.airflow_run import wait_for
 from tests.support.lake_tables import assert_matches_reference
 from tests.support.reference import activity_reference
@@ -35,13 +42,10 @@ def land_hour(landing, hour: int, seed: int) -> None:
 
 def backfill(api, dag_id: str, logical: datetime, conf: dict) -> object:
     """One backfill run for the interval starting at `logical`, waited for."""
-    from airflow_client.client.api.backfill_api import BackfillApi
     from airflow_client.client.api.dag_run_api import DagRunApi
     from airflow_client.client.models.backfill_post_body import BackfillPostBody
 
-    BackfillApi(api).create_backfill(
-        BackfillPostBody(dag_id=dag_id, from_date=logical, to_date=logical, dag_run_conf=conf)
-    )
+    create_backfill(api, BackfillPostBody(dag_id=dag_id, from_date=logical, to_date=logical, dag_run_conf=conf))
 
     def run():
         runs = [r for r in DagRunApi(api).get_dag_runs(dag_id).dag_runs if str(r.run_type.value) == "backfill"]
