@@ -179,9 +179,12 @@ class MillpondSparkSubmitOperator(BaseOperator):
             return False
         env = {**os.environ, **job_env(), **self.env_vars}
         command = [sys.executable, "-m", "millpond.engine.runner", *self.application_args]
-        # In the task's process group: a kill of the task's group reaches the run too.
+        # In the task's process group: a kill of the task's group reaches the run too; and a task process killed
+        # outright (SIGKILL, no on_kill) takes the run with it, as it takes spark-submit's tree.
+        from millpond.airflow.processes import die_with_parent
+
         self._engine_run = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=die_with_parent
         )
         lines: list[str] = []
         assert self._engine_run.stdout is not None

@@ -41,10 +41,12 @@ from millpond.lake import paths, system_tables
 from millpond.lake.delta_log import latest_version
 from millpond.lake.object_store import S3Path
 from millpond.runs import reports
-from millpond.spec import Table
+from millpond.spec import Pipeline, Table
 from millpond.spec.suites import Rule, Suite, load_suite
 
 if TYPE_CHECKING:
+    import argparse
+
     from great_expectations import ExpectationSuite, ValidationDefinition
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context import EphemeralDataContext
@@ -545,7 +547,8 @@ def check_main(argv: list[str] | None = None) -> int:
 
     The slice is rows of the gated table's SOURCE (by default the versions it has not committed yet: exactly what
     its next run would validate), planned like the table (transform, dedup within the slice). Writes a report and
-    an index entry, never a table. Exit 0 if the gate passes, 4 if a `fail` expectation fails, 2 on bad arguments.
+    an index entry, never a table. Exit 0 if the gate passes, 4 if a `fail` expectation fails, 2 on bad arguments,
+    5 when SPARK_REMOTE names an engine that runs other code or does not answer (the check runs there when it is set).
     """
     import argparse
     import sys
@@ -571,11 +574,24 @@ def check_main(argv: list[str] | None = None) -> int:
     except (SpecError, SuiteError) as exc:
         print(f"millpond check: {exc}", file=sys.stderr)
         return 2
+    from millpond.engine.connect_server import EngineError
+    from millpond.engine.session import command_session
+
+    try:
+        with command_session(
+            f"millpond-check:{pipeline.name}", pipeline.shuffle_partitions, args.master, pipeline
+        ) as spark:
+            return _check_tables(spark, pipeline, tables, args)
+    except EngineError as exc:  # the engine runs other code than this command, or does not answer: nothing ran
+        print(f"millpond check: {exc}", file=sys.stderr)
+        return 5
+
+
+def _check_tables(spark: SparkSession, pipeline: Pipeline, tables: list[Table], args: argparse.Namespace) -> int:
+    """Validate each table's slice of its source's versions against its suite (check_main's work, once a session is up)."""
     from millpond.engine.plan import plan_table
-    from millpond.engine.session import build_spark_session
     from millpond.engine.sources import DimensionProblem, read_dimension
 
-    spark = build_spark_session(f"millpond-check:{pipeline.name}", pipeline.shuffle_partitions, args.master)
     run_id = f"check__{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
     worst = 0
     for table in tables:

@@ -24,6 +24,9 @@ SDK_BUNDLE_PREFIX = "bundle-2."
 # Delta's log store for S3 (delta-storage): atomic commits as long as one driver writes a table, which the pipeline
 # lease (millpond/lake/lease.py) ensures across machines.
 SINGLE_DRIVER_LOG_STORE = "io.delta.storage.S3SingleDriverLogStore"
+# Set on every session of an engine started for an object-store lake, never on a folder lake's: a run on a bucket
+# lake reads it to refuse an engine without s3a (millpond.engine.session.connect_session).
+S3A_LOG_STORE = "spark.delta.logStore.s3a.impl"
 
 
 def lake_on_object_store() -> bool:
@@ -56,7 +59,7 @@ def s3a_conf(access: S3Access | None = None) -> dict[str, str]:
         # SDK's own default (a CRC on every request) is refused by S3-compatible servers such as s3proxy.
         "spark.hadoop.fs.s3a.checksum.generation": "false",
         "spark.hadoop.fs.s3a.request.md5.header": "true",
-        "spark.delta.logStore.s3a.impl": SINGLE_DRIVER_LOG_STORE,
+        S3A_LOG_STORE: SINGLE_DRIVER_LOG_STORE,
         "spark.delta.logStore.s3.impl": SINGLE_DRIVER_LOG_STORE,
     }
     if access.endpoint:  # an S3-compatible server: path-style addressing, plain http when its URL says so

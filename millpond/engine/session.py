@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -80,6 +81,11 @@ def build_spark_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
     if engine_remote() is None and "SPARK_REMOTE" in os.environ:  # set but blank: pyspark would refuse a master
         del os.environ["SPARK_REMOTE"]
+    if "SPARK_CONNECT_MODE_ENABLED" in os.environ and not _holds_connect_session():
+        # pyspark sets it in the process that opens a Connect session, so a child of such a process (a notebook's
+        # `!millpond run`, a test's subprocess) inherits it, and pyspark would then build this JVM's session as a
+        # Connect one with no URL (CONNECT_URL_NOT_SET).
+        del os.environ["SPARK_CONNECT_MODE_ENABLED"]
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
         master = master or settings.SPARK_MASTER.value()
@@ -102,6 +108,18 @@ def build_spark_session(
     if (spark.sparkContext.master or "").startswith("local"):  # pyspark types it optional; a context has one
         spark.conf.set(LISTING_THRESHOLD, str(LOCAL_LISTING_THRESHOLD))
     return spark
+
+
+def _holds_connect_session() -> bool:
+    """Whether this process has opened a Spark Connect session (pyspark's private attributes, as below)."""
+    connect = sys.modules.get("pyspark.sql.connect.session")
+    if connect is None:
+        return False
+    session_class: Any = connect.SparkSession
+    return (
+        session_class._default_session is not None
+        or getattr(session_class._active_session, "session", None) is not None
+    )
 
 
 def engine_remote() -> str | None:
@@ -146,6 +164,13 @@ def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline
             state = read_state()
             raise EngineError(
                 stale_message(server, ours, {**(state.parts if state else {}), **server_transforms}, parts)
+            )
+        if s3a.lake_on_object_store() and spark.conf.get(s3a.S3A_LOG_STORE, None) is None:
+            raise EngineError(
+                f"the engine at SPARK_REMOTE {remote.split(';')[0]} was started for a folder lake, without s3a's jars "
+                f"and settings, and this run's lake is {paths.lake_root()}. Fix: start an engine on an object-store "
+                "lake (`MILLPOND_LAKE=s3a://... millpond engine start`, with the AWS_* variables that reach it) and set "
+                "SPARK_REMOTE to the value it prints"
             )
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     except BaseException:
@@ -226,6 +251,37 @@ def _callers_connect_session() -> Callable[[], None]:
             connect_session_class._active_session.session = active
 
     return give_back
+
+
+@contextmanager
+def command_session(
+    app_name: str, shuffle_partitions: int, master: str | None, pipeline: Pipeline
+) -> Iterator[SparkSession]:
+    """The session of a command that reads the lake but is not a run (`millpond check`): with SPARK_REMOTE set, a
+    Connect session of its own on the engine (stale code refused as a run's, EngineError), stopped at the end and the
+    caller's session given back; else a JVM of this process's own (build_spark_session, on `master`)."""
+    remote = engine_remote()
+    if remote is None:
+        yield build_spark_session(app_name, shuffle_partitions, master)
+        return
+    if master is not None:
+        from millpond.engine.connect_server import EngineError
+
+        raise EngineError(
+            f"--master {master} asks for a JVM of this command's own, but SPARK_REMOTE names an engine; "
+            "unset SPARK_REMOTE to use --master, or leave --master out to run on the engine"
+        )
+    give_back = _callers_connect_session()
+    try:
+        spark = connect_session(remote, shuffle_partitions, pipeline)
+    except BaseException:
+        give_back()
+        raise
+    try:
+        yield spark
+    finally:
+        spark.stop()
+        give_back()
 
 
 def release_engine_session() -> None:

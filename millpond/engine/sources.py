@@ -444,7 +444,8 @@ def _csv_reason(schema: StructType, options: dict[str, str]) -> Column:
     as_text = F.from_csv(
         raw,
         ", ".join(f"`{f.name}` STRING" for f in schema.fields),
-        {k: v for k, v in options.items() if k not in ("header", "enforceSchema")},
+        # None, not {}: over Spark Connect an empty dict becomes `map()`, typed MAP<VOID, VOID>, which from_csv refuses
+        {k: v for k, v in options.items() if k not in ("header", "enforceSchema")} or None,
     )
     wrong_fields = [
         F.when(

@@ -102,17 +102,23 @@ def group_alive(pgid: int) -> bool:
 
 
 def spark_processes(lake: Path) -> list[psutil.Process]:
-    """Every JVM or Python driver working for this lake (found by the MILLPOND_LAKE in its environment)."""
+    """Every JVM or Python driver working for this lake (found by the MILLPOND_LAKE in its environment): spark-submit's
+    JVM and its runner.py, or on the engine the task's runner process (`python -m millpond.engine.runner`)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmdline = " ".join(proc.info["cmdline"] or [])
             ours = proc.environ().get("MILLPOND_LAKE") == str(lake)
-            if ours and ("SparkSubmit" in cmdline or "runner.py" in cmdline):
+            if ours and ("SparkSubmit" in cmdline or is_runner(cmdline)):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def is_runner(cmdline: str) -> bool:
+    """A run's Python driver: runner.py under spark-submit, or the runner module an engine task starts."""
+    return "runner.py" in cmdline or "millpond.engine.runner" in cmdline
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.5):

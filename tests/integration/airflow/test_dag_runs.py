@@ -22,6 +22,7 @@ from millpond.runs import run_summary
 from tests.support.airflow_run import (
     airflow_env,
     dags_test,
+    is_runner,
     migrate,
     spark_processes,
     start_dags_test,
@@ -70,7 +71,7 @@ def run_id_of(log: str) -> str:
     raise AssertionError("run_summary did not print its table")
 
 
-def test_dag_run_processes_landed_files_end_to_end(site, spark):
+def test_dag_run_processes_landed_files_end_to_end(site, spark, test_engine):
     root, lake, env = site
     land(lake, 2, seed=1)
     rc, log = dags_test(env, "2026-11-02T05:00:00+00:00", root / "run1.log")
@@ -81,12 +82,14 @@ def test_dag_run_processes_landed_files_end_to_end(site, spark):
     assert [t["table"] for t in summary["tables"]] == list(TABLES)
     assert all(t["outcome"] == "succeeded" for t in summary["tables"])
     assert summary["tables"][0]["rows_in"] == 600  # both files, counted per table in the summary
-    # spark-submit started the ingest task's driver JVM with C1 only (read back from the JVM by the runner); gold's
-    # first run reads all of silver, which is not sized before it starts, so it keeps the default JIT.
-    assert "millpond: driver JIT quick (C1 only, methods of any size): 0.1 MB of new input <= 32 MB" in log, log[-3000:]
-    assert (
-        "millpond: driver JIT full (tiered C1 + C2, methods of any size): this run's new input cannot be sized"
-    ) in log, log[-3000:]
+    if test_engine:  # `make test-engine`: every task ran on the engine, and no driver JVM of its own was started
+        assert "millpond: on the engine at " in log and "driver JIT" not in log.lower(), log[-3000:]
+    else:  # spark-submit started the ingest task's driver JVM with C1 only (read back from the JVM by the runner);
+        # gold's first run reads all of silver, which is not sized before it starts, so it keeps the default JIT.
+        assert "millpond: driver JIT quick (C1 only, methods of any size): 0.1 MB of new input <= 32 MB" in log, log
+        assert (
+            "millpond: driver JIT full (tiered C1 + C2, methods of any size): this run's new input cannot be sized"
+        ) in log, log[-3000:]
     with sqlite3.connect(root / "airflow_home" / "airflow.db") as db:  # per-table XComs of run_summary
         rows = db.execute("SELECT key FROM xcom WHERE task_id = 'run_summary' AND run_id = ?", (run_id,))
         keys = {key for (key,) in rows}
@@ -171,7 +174,7 @@ def test_a_killed_task_leaves_no_jvm_and_no_lock(site, how):
         holder = wait_for(_lock_holder, timeout=300)
         assert holder, "the Spark job never took the pipeline lock"
         spark = spark_processes(lake)
-        assert any("runner.py" in " ".join(p.cmdline()) for p in spark), "python driver not found"
+        assert any(is_runner(" ".join(p.cmdline())) for p in spark), "python driver not found"
         assert holder["pid"] in {p.pid for p in spark}, "the lock is held by the Python driver"
         os.kill(proc.pid, signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
         assert wait_for(lambda: not any(p.is_running() and p.status() != "zombie" for p in spark), timeout=60), (

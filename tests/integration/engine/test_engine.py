@@ -263,6 +263,21 @@ def test_a_run_with_other_code_than_the_engine_refuses(lake, engine, tmp_path):
     assert "STALE, jars changed since start" in shown.stdout
 
 
+def test_a_bucket_lakes_run_on_an_engine_started_for_a_folder_lake_is_refused(engine, s3_bucket, tmp_path):
+    """The engine fixture's lake is a folder, so the server has neither hadoop-aws nor s3a's settings: a run on a
+    bucket lake refuses before anything runs (exit 5, naming the fix), where the table would fail on a missing
+    S3AFileSystem class."""
+    landed = activity_files(tmp_path / "landing", 1, 100, seed=41)
+    s3_bucket.put_files(landed, "lake/landing/activity")
+    result = millpond(
+        clean_env(MILLPOND_LAKE=f"s3a://{s3_bucket.name}/lake", SPARK_REMOTE=engine["remote"]), "run", "activity"
+    )
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert "was started for a folder lake, without s3a's jars" in result.stderr, result.stderr
+    assert "MILLPOND_LAKE=s3a://... millpond engine start" in result.stderr
+    assert [key for key in s3_bucket.keys("lake/") if not key.startswith(("lake/landing/", "lake/_system/"))] == []
+
+
 @pytest.mark.long
 def test_the_clicks_pipeline_on_the_engine_equals_a_run_in_a_jvm_of_its_own(spark, tmp_path, engine):
     """A stream-stream join, a dimension lookup and gold aggregates: the same landed files run on the engine and in a
