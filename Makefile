@@ -185,7 +185,7 @@ test-long: browser setup kafka-broker s3proxy s3a-jars
 # The integration suite with every run on an engine (docs/engine.md): one per worker, through SPARK_REMOTE. Not part
 # of `make test` (it would double it); it is how the engine is held to "every test that passes with a JVM per run".
 test-engine: browser setup kafka-broker s3proxy s3a-jars
-	MILLPOND_TEST_ENGINE=on $(BIN)/python -m pytest -m integration -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	MILLPOND_TEST_ENGINE=on $(BIN)/python -m pytest -m "integration and not own_jvm" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The fast lane: no JVM, no Airflow process, a few minutes on two cores. `make test` and `make test-long` are the
 # whole truth.

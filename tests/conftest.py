@@ -96,12 +96,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def test_engine(tmp_path_factory) -> Generator[str | None, None, None]:
+def test_engine(tmp_path_factory, request) -> Generator[str | None, None, None]:
     """MILLPOND_TEST_ENGINE=on (`make test-engine`): one engine (`millpond engine start`) per test worker, named
     by SPARK_REMOTE, so every run a test starts, as a process or in-process, goes to it. docs/engine.md says which
     suites pass this way. The engine writes Spark's event log (its `spark.eventLog.dir`, through a spark-defaults.conf
     of its own): what a test with a JVM of its own reads from that JVM's status store (e.g. the jobs it ran), a test on
-    the engine reads there. Off (`make test`): nothing."""
+    the engine reads there. It is started on an object-store lake (a bucket of the worker's S3 server), so it has
+    s3a's jars and settings and serves the tests' bucket lakes as well as their folder lakes (an engine started for a
+    folder lake refuses a bucket lake's run). Off (`make test`): nothing."""
     from millpond import settings
 
     if settings.TEST_ENGINE.value() != "on":
@@ -111,8 +113,11 @@ def test_engine(tmp_path_factory) -> Generator[str | None, None, None]:
 
     from tests.support.stress import MILLPOND
 
+    s3_server = request.getfixturevalue("s3_server")
+    s3_server.create_bucket("test-engine")
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "MILLPOND_FAULT")}
-    env["MILLPOND_LAKE"] = str(tmp_path_factory.mktemp("test-engine"))
+    env |= {**s3_server.env(), "MILLPOND_LAKE": "s3a://test-engine/lake"}
+    env["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("test-engine-state"))  # its state file, out of ~/.local
     conf, events = tmp_path_factory.mktemp("test-engine-conf"), tmp_path_factory.mktemp("test-engine-events")
     (conf / "spark-defaults.conf").write_text(
         f"spark.eventLog.enabled true\nspark.eventLog.dir {events.as_uri()}\n"

@@ -9,6 +9,8 @@ tests/support/reference.py counts (`str.splitlines()` also breaks at `\\x0b`, `\
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
 import re
@@ -194,7 +196,10 @@ def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, l
     assert sorted(r[sources.RAW] for r in bad.collect()) == sorted(
         r[sources.RAW] for r in parsed.where(is_bad).collect()
     )
-    plan = bad._jdf.queryExecution().executedPlan().toString().splitlines()
+    printed = io.StringIO()  # the physical plan as `explain()` prints it, on a JVM of the test's own or the engine
+    with contextlib.redirect_stdout(printed):
+        bad.explain()
+    plan = printed.getvalue().split("== Physical Plan ==", 1)[1].splitlines()
     schema_parse = "JsonLineParser.parse("  # sources.parse_json_line (the rescue's from_json is not it)
     parse = next(i for i, line in enumerate(plan) if schema_parse in line)
     pushed = next(i for i, line in enumerate(plan) if "file_path" in line and "xxhash64(value" in line)
@@ -252,6 +257,7 @@ def quarantine_commit(version: int) -> tuple[str, int, bool]:
     return re.split("[/:]", engine)[0], batch, info.get("isBlindAppend")
 
 
+@pytest.mark.own_jvm
 def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spark, lake, monkeypatch):
     """Up to CARRIED_BAD_LINES bad lines of at most CARRIED_RAW_BYTES ride out of the batch's one pass: the
     quarantine holds what that read saw, and no file is read again; once the quarantine exists the driver commits
@@ -311,6 +317,7 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     assert {type(r.quarantined_at).__name__ for r in quarantine(spark, "bronze.activity")} == {"datetime"}
 
 
+@pytest.mark.own_jvm
 def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(spark, lake, monkeypatch, capsys):
     """A batch whose bad lines are not carried out of its read (here: none is, CARRIED_RAW_BYTES 0) reads them
     again from their files for the quarantine; a file rewritten in between must not put other lines there than the
@@ -348,6 +355,7 @@ def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(
     assert sorted(r.raw for r in quarantine(spark, "bronze.activity")) == sorted(bad_lines)
 
 
+@pytest.mark.own_jvm
 def test_bad_lines_are_read_again_from_their_own_files_whatever_their_names(spark, lake, monkeypatch, capsys):
     """The quarantine pass reads the files that held bad lines, not the whole landing folder: names with spaces,
     `%`, `#` or non-ASCII letters still give the quarantine each line with the file it came from, and a file removed

@@ -111,6 +111,7 @@ def peek_lake(lake, specs):
     return lake
 
 
+@pytest.mark.own_jvm
 def test_preview_prints_each_micro_batch_and_stops_after_batches(spark, peek_lake, capsys):
     before = lake_listing(peek_lake)
     capsys.readouterr()
@@ -126,6 +127,7 @@ def test_preview_prints_each_micro_batch_and_stops_after_batches(spark, peek_lak
     assert lake_listing(peek_lake) == before  # no table, checkpoint, quarantine or event log row written
 
 
+@pytest.mark.own_jvm
 def test_preview_of_complete_and_update_aggregates_prints_the_result_tables(spark, peek_lake, capsys):
     before = lake_listing(peek_lake)
     capsys.readouterr()

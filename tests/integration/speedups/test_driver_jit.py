@@ -70,6 +70,7 @@ def test_kafka_input_is_not_sized_and_the_mode_can_be_forced(lake, monkeypatch):
     assert runner.main(["activity"]) == 2  # refused before the lock and the JVM
 
 
+@pytest.mark.own_jvm
 def test_millpond_run_starts_a_c1_only_driver_for_an_increment_and_the_default_jit_for_a_full_refresh(lake):
     landed = land(lake, 2, seed=3)
     megabytes = sum(f.stat().st_size for f in landed) / 2**20
