@@ -25,7 +25,7 @@ help:
 	@echo "make check  the fast lane (minutes): lint (ruff check, ruff format --check, mypy), then the unit tests"
 	@echo "make test   set up, then the unit and integration tests, kill tests included (all but those marked long)"
 	@echo "make test-long  the long scenario tests make test leaves out (Airflow REST, S3, cluster, wheel, bench)"
-	@echo "make test-engine  the integration tests with every run on an engine (Spark Connect), one per worker"
+	@echo "make test-engine  the integration tests (but own_jvm ones) with every run on an engine (Spark Connect), one per worker"
 	@echo "make run-dag PIPELINE=<name>  one DAG run through Airflow (airflow dags test, SQLite, honours MILLPOND_LAKE)"
 	@echo "make up     the engine, then Airflow scheduler + UI/API + dag-processor + triggerer in the background"
 	@echo "make down   stop everything make up started"

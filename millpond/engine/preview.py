@@ -16,7 +16,6 @@ Exit codes: 0 shown, 1 the query failed or its upstream has no data yet, 2 inval
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -84,9 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from pyspark.sql.utils import CapturedException
 
+    from millpond.engine.session import build_spark_session
     from millpond.engine.sources import DimensionProblem
 
-    spark = own_jvm_session(f"millpond-preview:{pipeline.name}", pipeline.shuffle_partitions, args.master)
+    # A JVM of its own even with SPARK_REMOTE set: each batch prints from foreachBatch, which on an engine runs in the
+    # server's Python worker, out of this terminal's reach.
+    spark = build_spark_session(f"millpond-preview:{pipeline.name}", pipeline.shuffle_partitions, args.master)
     checkpoint = Path(tempfile.mkdtemp(prefix="millpond-preview-"))
     reads = " joined with ".join(table.upstreams)
     unit = f"{args.rows} messages" if table.reads_kafka else "one file"
@@ -189,24 +191,6 @@ class BatchPrinter:
         self.shown += 1
         if self.shown >= self.batches:
             self.enough.set()
-
-
-def own_jvm_session(app_name: str, shuffle_partitions: int, master: str | None) -> SparkSession:
-    """A JVM of the preview's own, even with SPARK_REMOTE set: the preview prints each batch from its foreachBatch,
-    which on an engine runs in the server's Python worker, where nothing reaches this terminal."""
-    from millpond.engine.connect_server import REMOTE_ENV
-    from millpond.engine.session import build_spark_session
-
-    remote = os.environ.pop(REMOTE_ENV, None)
-    if remote:
-        print(
-            "millpond preview: starts a JVM of its own (SPARK_REMOTE is not used: an engine's batches print on the server)"
-        )
-    try:
-        return build_spark_session(app_name, shuffle_partitions, master)
-    finally:
-        if remote is not None:
-            os.environ[REMOTE_ENV] = remote
 
 
 def run_preview(

@@ -79,8 +79,25 @@ def build_spark_session(
     starts the JVM.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
-    if engine_remote() is None and "SPARK_REMOTE" in os.environ:  # set but blank: pyspark would refuse a master
-        del os.environ["SPARK_REMOTE"]
+    # A JVM of this process's own, even with SPARK_REMOTE set (a run that wants the engine asks engine_session
+    # first; `millpond generate` and preview ask for a JVM): pyspark would refuse a master beside it
+    # (CANNOT_CONFIGURE_SPARK_CONNECT_MASTER), so it is hidden while the session is built. Set but blank, it is
+    # dropped for good (pyspark would still refuse it).
+    remote = os.environ.pop("SPARK_REMOTE", None)
+    try:
+        return _build_jvm_session(app_name, shuffle_partitions, master, driver_java_options, launch_conf)
+    finally:
+        if remote and remote.strip():
+            os.environ["SPARK_REMOTE"] = remote
+
+
+def _build_jvm_session(
+    app_name: str,
+    shuffle_partitions: int,
+    master: str | None,
+    driver_java_options: str,
+    launch_conf: dict[str, str] | None,
+) -> SparkSession:
     if "SPARK_CONNECT_MODE_ENABLED" in os.environ and not _holds_connect_session():
         # pyspark sets it in the process that opens a Connect session, so a child of such a process (a notebook's
         # `!millpond run`, a test's subprocess) inherits it, and pyspark would then build this JVM's session as a

@@ -27,7 +27,8 @@ def outside_repo_env(venv: Path, **extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK", "PYTHON", "SPARK_HOME", "VIRTUAL_ENV"))
+        # SPARK_REMOTE too: `make test-engine`'s engine runs the checkout's code, which the wheel's runs refuse as stale
+        if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK", "PYTHON", "SPARK_HOME", "SPARK_REMOTE", "VIRTUAL_ENV"))
     }
     path = [p for p in env.get("PATH", "").split(os.pathsep) if p and not Path(p).resolve().is_relative_to(REPO)]
     env.update(

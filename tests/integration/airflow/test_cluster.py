@@ -41,13 +41,18 @@ def master_state(webui: int) -> dict:
         return {}
 
 
+# What `make test-engine` leaves in a test's environment (its engine's URL, and pyspark's mark of a process holding a
+# Connect session), which Spark's launcher and pyspark read as "talk to a Connect server".
+CONNECT_VARIABLES = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark-cluster")
     port, webui = free_port(), free_port()
     # spark-class from the pip package finds its SPARK_HOME through the first python3 on PATH: make it ours.
-    env = {
-        **os.environ,
+    env = {  # without a Connect remote: Spark's launcher gives a JVM started beside one a Connect-only classpath
+        **{k: v for k, v in os.environ.items() if k not in CONNECT_VARIABLES},
         "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_HOME": str(Path(pyspark.__file__).parent),
@@ -120,6 +125,8 @@ def test_the_dag_on_a_standalone_cluster_gives_the_reference_tables(cluster, tmp
     monkeypatch.setenv("MILLPOND_LAKE", str(lake))
     activity_files(lake / "landing" / "activity", 2, 300, duplicates=0.05, malformed=0.01, seed=1)
     env = airflow_env(tmp_path / "airflow_home", lake, spark_conn=master)
+    for name in CONNECT_VARIABLES:  # the cluster, not `make test-engine`'s engine, which would take precedence
+        env.pop(name, None)
     migrate(env)
     rc, log = dags_test(env, "2026-11-02T05:00:00+00:00", tmp_path / "cluster.log")
     assert rc == 0, log[-3000:]

@@ -93,6 +93,7 @@ def run_without_override(lake: Path) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.own_jvm  # the run process's dropped capabilities: on an engine the server's workers write
 def test_permission_denied_on_a_table_fails_clearly_and_the_rerun_after_the_fix_is_exact(lake, spark):
     landing = lake / "landing" / "activity"
     activity_files(landing, 2, 300, duplicates=0.05, seed=31)
