@@ -82,7 +82,9 @@ def build_spark_session(
     # A JVM of this process's own, even with SPARK_REMOTE set (a run that wants the engine asks engine_session
     # first; `millpond generate` and preview ask for a JVM): pyspark would refuse a master beside it
     # (CANNOT_CONFIGURE_SPARK_CONNECT_MASTER), so it is hidden while the session is built. Set but blank, it is
-    # dropped for good (pyspark would still refuse it).
+    # dropped for good (pyspark would still refuse it). Once it is back, a classic `builder.getOrCreate()` in this
+    # process would be refused: no caller that sets it (preview, generate) makes one; runs with their own JVM have
+    # none set.
     remote = os.environ.pop("SPARK_REMOTE", None)
     try:
         return _build_jvm_session(app_name, shuffle_partitions, master, driver_java_options, launch_conf)
@@ -133,10 +135,8 @@ def _holds_connect_session() -> bool:
     if connect is None:
         return False
     session_class: Any = connect.SparkSession
-    return (
-        session_class._default_session is not None
-        or getattr(session_class._active_session, "session", None) is not None
-    )
+    held = [session_class._default_session, getattr(session_class._active_session, "session", None)]
+    return any(session is not None and not session.is_stopped for session in held)
 
 
 def engine_remote() -> str | None:

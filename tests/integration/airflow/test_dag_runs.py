@@ -83,7 +83,7 @@ def test_dag_run_processes_landed_files_end_to_end(site, spark, test_engine):
     assert all(t["outcome"] == "succeeded" for t in summary["tables"])
     assert summary["tables"][0]["rows_in"] == 600  # both files, counted per table in the summary
     if test_engine:  # `make test-engine`: every task ran on the engine, and no driver JVM of its own was started
-        assert "millpond: on the engine at " in log and "driver JIT" not in log.lower(), log[-3000:]
+        assert "millpond: on the engine at " in log and "driver jit" not in log.lower(), log[-3000:]
     else:  # spark-submit started the ingest task's driver JVM with C1 only (read back from the JVM by the runner);
         # gold's first run reads all of silver, which is not sized before it starts, so it keeps the default JIT.
         assert "millpond: driver JIT quick (C1 only, methods of any size): 0.1 MB of new input <= 32 MB" in log, log
