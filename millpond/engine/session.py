@@ -226,12 +226,7 @@ def engine_session(shuffle_partitions: int, reports: LakePath, pipeline: Pipelin
     remote = engine_remote()
     if remote is None:
         return None
-    give_back = _callers_connect_session()
-    try:
-        spark = connect_session(remote, shuffle_partitions, pipeline)
-    except BaseException:
-        give_back()  # a refused run leaves the caller's session as it found it
-        raise
+    spark, give_back = _session_in_callers_place(remote, shuffle_partitions, pipeline)
     print(f"millpond: on the engine at {remote.split(';')[0]}, session {getattr(spark, 'session_id', '?')}", flush=True)
 
     def release() -> None:
@@ -247,6 +242,19 @@ def engine_session(shuffle_partitions: int, reports: LakePath, pipeline: Pipelin
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, terminate)
     return spark
+
+
+def _session_in_callers_place(
+    remote: str, shuffle_partitions: int, pipeline: Pipeline | None
+) -> tuple[SparkSession, Callable[[], None]]:
+    """connect_session, and what gives the caller's Connect session back once it has stopped; a refused or failed
+    session gives it back at once, leaving the caller's session as it found it."""
+    give_back = _callers_connect_session()
+    try:
+        return connect_session(remote, shuffle_partitions, pipeline), give_back
+    except BaseException:
+        give_back()
+        raise
 
 
 def _callers_connect_session() -> Callable[[], None]:
@@ -288,12 +296,7 @@ def command_session(
             f"--master {master} asks for a JVM of this command's own, but SPARK_REMOTE names an engine; "
             "unset SPARK_REMOTE to use --master, or leave --master out to run on the engine"
         )
-    give_back = _callers_connect_session()
-    try:
-        spark = connect_session(remote, shuffle_partitions, pipeline)
-    except BaseException:
-        give_back()
-        raise
+    spark, give_back = _session_in_callers_place(remote, shuffle_partitions, pipeline)
     try:
         yield spark
     finally:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.airflow_run import CONNECT_VARIABLES
+
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "sensors"
@@ -27,8 +29,10 @@ def outside_repo_env(venv: Path, **extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        # SPARK_REMOTE too: `make test-engine`'s engine runs the checkout's code, which the wheel's runs refuse as stale
-        if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK", "PYTHON", "SPARK_HOME", "SPARK_REMOTE", "VIRTUAL_ENV"))
+        # CONNECT_VARIABLES too: `make test-engine`'s engine runs the checkout's code, which the wheel's runs refuse
+        if not k.startswith(
+            ("AIRFLOW", "MILLPOND_", "PYSPARK", "PYTHON", "SPARK_HOME", "VIRTUAL_ENV", *CONNECT_VARIABLES)
+        )
     }
     path = [p for p in env.get("PATH", "").split(os.pathsep) if p and not Path(p).resolve().is_relative_to(REPO)]
     env.update(

@@ -101,6 +101,12 @@ def group_alive(pgid: int) -> bool:
         return False
 
 
+# What `make test-engine` leaves in a test's environment (its engine's URL, and pyspark's mark of a process holding a
+# Connect session), which pyspark and Spark's launcher read as "talk to a Connect server": a process that must run
+# other code or another master than the engine's leaves them out.
+CONNECT_VARIABLES = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
+
+
 def spark_processes(lake: Path) -> list[psutil.Process]:
     """Every JVM or Python driver working for this lake (found by the MILLPOND_LAKE in its environment): spark-submit's
     JVM and its runner.py, or on the engine the task's runner process (`python -m millpond.engine.runner`)."""

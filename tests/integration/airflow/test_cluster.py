@@ -19,7 +19,16 @@ import pytest
 
 from millpond.dev.sample_data import activity_files
 from millpond.engine import driver_jit
-from tests.support.airflow_run import BIN, airflow_env, dags_test, migrate, spark_processes, stop_group, wait_for
+from tests.support.airflow_run import (
+    BIN,
+    CONNECT_VARIABLES,
+    airflow_env,
+    dags_test,
+    migrate,
+    spark_processes,
+    stop_group,
+    wait_for,
+)
 from tests.support.lake_tables import assert_matches_reference
 from tests.support.reference import activity_reference
 
@@ -39,11 +48,6 @@ def master_state(webui: int) -> dict:
             return json.load(response)
     except (OSError, ValueError):
         return {}
-
-
-# What `make test-engine` leaves in a test's environment (its engine's URL, and pyspark's mark of a process holding a
-# Connect session), which Spark's launcher and pyspark read as "talk to a Connect server".
-CONNECT_VARIABLES = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
 
 
 @pytest.fixture(scope="module")

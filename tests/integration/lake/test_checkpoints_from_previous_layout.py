@@ -24,6 +24,7 @@ from millpond import settings
 from millpond.engine import runner
 from tests.integration.pipelines.test_stateful import ROUNDS, land, read_latest, read_sessions, reference, write_spec
 from tests.support import REPO
+from tests.support.airflow_run import CONNECT_VARIABLES
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
@@ -57,7 +58,7 @@ def test_stateful_checkpoints_made_by_the_previous_layout_resume_exactly_once(tm
     monkeypatch.setenv("MILLPOND_LAKE", str(lake))
     monkeypatch.setenv("MILLPOND_PIPELINES", str(specs))
     old_env = {  # the previous layout's code runs in a JVM of its own (`make test-engine`'s engine runs today's)
-        **{k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")},
+        **{k: v for k, v in os.environ.items() if k not in CONNECT_VARIABLES},
         "PYTHONPATH": str(old),
         "PYSPARK_PYTHON": sys.executable,
         "MILLPOND_JARS": str(settings.jars_dir()),
