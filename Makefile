@@ -34,7 +34,7 @@ help:
 	@echo "make stress CYCLES=30 SEED=1  seeded SIGKILL cycles, then exactness against the reference (docs/reliability.md)"
 	@echo "make bench SCALE=small|large [ONLY=B3,B6] [REPEATS=n] side-by-side benchmarks B1-B8 -> bench/results-<scale>.json, .md"
 
-setup: venv jars jvm report-assets
+setup: venv jars jvm report-assets class-archive
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -52,6 +52,11 @@ $(JARS)/.fetched: build/jars.pom.xml
 	mvn --batch-mode --quiet -f build/jars.pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DexcludeTransitive=true
 	touch $@
+
+# The class-data archive a run's driver JVM maps its classes from (millpond/engine/class_archive.py): built by a
+# small pipeline run once per JVM and Spark version, and only checked (about a second) when it is up to date.
+class-archive: venv jars jvm report-assets
+	$(BIN)/millpond class-archive
 
 # The stylesheets and scripts of the Data Docs pages (WebJars from Maven Central), so reports render offline.
 report-assets: $(REPORT_ASSETS)/.fetched

@@ -182,6 +182,16 @@ def cmd_jars(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_class_archive(args: argparse.Namespace) -> int:
+    """`millpond class-archive`: the class-data archive a run's driver JVM starts faster with
+    (millpond.engine.class_archive); a failure leaves runs as they were, without one."""
+    from millpond.project.class_archive_build import build
+
+    built, said = build(force=args.force)
+    print(f"millpond class-archive: {said}", file=sys.stdout if built else sys.stderr)
+    return 0 if built else 1
+
+
 def send_device_events(pipeline: Pipeline, hours: int, rows: int, malformed: float, seed: int | None) -> int:
     """Send device_status's events to its topic, continuing from the newest event time already there."""
     from millpond.dev.kafka_broker import BrokerFailed, latest_event_time, produce
@@ -339,6 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     jars.add_argument("--no-report-assets", action="store_true", help="only the jars (reports then use CDNs)")
     jars.set_defaults(func=cmd_jars)
+    archive = sub.add_parser(
+        "class-archive", help="build the class-data archive that makes a run's driver JVM start faster (`make setup`)"
+    )
+    archive.add_argument("--force", action="store_true", help="build it again even if one exists for this JVM")
+    archive.set_defaults(func=cmd_class_archive)
     engine = sub.add_parser(
         "engine",
         help="start, stop or show the lake's engine: a Spark Connect server runs use through SPARK_REMOTE",

@@ -156,6 +156,13 @@ JSON_FUNCTIONS = Setting(
 DELTA_RS_COMMITS = Setting(
     "MILLPOND_DELTA_RS_COMMITS", "on", "`off` makes every data commit through Spark, none through delta-rs.", SPEEDUPS
 )
+CLASS_ARCHIVE = Setting(
+    "MILLPOND_CLASS_ARCHIVE",
+    "on",
+    "`off` starts a run's driver JVM without the class-data archive `millpond class-archive` builds (`make setup` "
+    "runs it): every class is then loaded from Spark's jars.",
+    SPEEDUPS,
+)
 LOCK_WAIT_SECONDS = Setting(
     "MILLPOND_LOCK_WAIT_SECONDS",
     "600",
@@ -217,6 +224,7 @@ ALL = (
     DRIVER_JIT,
     JSON_FUNCTIONS,
     DELTA_RS_COMMITS,
+    CLASS_ARCHIVE,
     LOCK_WAIT_SECONDS,
     RETRY_DELAY_SECONDS,
     SPARK_TASK_TIMEOUT_SECONDS,

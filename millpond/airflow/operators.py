@@ -200,14 +200,17 @@ class MillpondSparkSubmitOperator(BaseOperator):
         return True
 
     def choose_driver_jit(self) -> None:
-        """C1-only JIT for a small run's driver JVM (millpond.engine.driver_jit), added to any options the conf has."""
-        from millpond.engine import runner
+        """C1-only JIT for a small run's driver JVM (millpond.engine.driver_jit) and the class-data archive
+        (millpond.engine.class_archive), added to any options the conf has."""
+        from millpond.engine import class_archive, runner
 
         jit = runner.driver_jit_for(list(self.application_args))
         self.log.info("Driver JIT %s: %s", jit.mode, jit.reason)
-        if jit.java_options:
+        archive = class_archive.driver_options(self.conf.get("spark.driver.extraClassPath", ""))
+        options = " ".join(filter(None, [jit.java_options, archive]))
+        if options:
             key = "spark.driver.extraJavaOptions"
-            self.conf[key] = " ".join(filter(None, [self.conf.get(key, ""), jit.java_options]))
+            self.conf[key] = " ".join(filter(None, [self.conf.get(key, ""), options]))
 
     def build_hook(self) -> MillpondSparkSubmitHook:
         """The hook for this task's arguments as execute() resolved them."""

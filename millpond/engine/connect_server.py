@@ -236,7 +236,7 @@ def server_command(
     """spark-submit of the Connect server with millpond's jars and confs (those session.build_spark_session sets),
     and on an object-store lake the s3a jars and settings (never a credential: the server's batches reach the bucket
     with the AWS_* variables of the environment it was started in)."""
-    from millpond.engine import jars, s3a
+    from millpond.engine import class_archive, jars, s3a
     from millpond.engine.session import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 
     spec = importlib.util.find_spec("pyspark")
@@ -260,6 +260,9 @@ def server_command(
     }
     if master.startswith("local"):
         conf[LISTING_THRESHOLD] = str(LOCAL_LISTING_THRESHOLD)
+    archive = class_archive.driver_options(lake_launch.get("spark.driver.extraClassPath", ""))
+    if archive:  # the server's JVM starts on the runs' class-data archive too
+        conf["spark.driver.extraJavaOptions"] = archive
     command = [str(submit), "--master", master, "--class", SERVER_CLASS]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]

@@ -228,6 +228,7 @@ def _run_locked(
     from millpond.engine.progress import batch_rows, listening
     from millpond.engine.session import (
         build_spark_session,
+        class_archive_in_effect,
         compiles_huge_methods,
         driver_jit_in_effect,
         engine_remote,
@@ -265,6 +266,7 @@ def _run_locked(
     phases["spark_session"] = time.perf_counter() - started
     if launching:
         print(driver_jit_line(jit, driver_jit_in_effect(spark), compiles_huge_methods(spark)), flush=True)
+        print(f"millpond: class archive {class_archive_in_effect(spark) or 'none'}", flush=True)
     results: list[TableResult] = []
     failed: str | None = None
     refused: list[str] = []

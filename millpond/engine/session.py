@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 
 from millpond import settings
-from millpond.engine import jars, s3a
+from millpond.engine import class_archive, jars, s3a
 from millpond.engine.driver_jit import executor_java_options
 from millpond.lake import paths
 
@@ -114,8 +114,12 @@ def _build_jvm_session(
         builder = builder.config("spark.jars", ",".join(shipped))
         builder = builder.config("spark.ui.enabled", settings.SPARK_UI.value())
         builder = builder.config("spark.driver.memory", settings.DRIVER_MEMORY.value())
-        if driver_java_options:
-            builder = builder.config("spark.driver.extraJavaOptions", driver_java_options)
+        archive = class_archive.driver_options(lake_launch.get("spark.driver.extraClassPath", ""))
+        if "ArchiveClassesAtExit" in driver_java_options:  # building the archive itself
+            archive = ""
+        java_options = " ".join(filter(None, [driver_java_options, archive]))
+        if java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", java_options)
         for key, value in {**lake_launch, **(launch_conf or {})}.items():
             builder = builder.config(key, value)
     for key, value in {**base_conf(), **s3a.session_conf()}.items():
@@ -340,6 +344,15 @@ def driver_jit_in_effect(spark: SparkSession) -> str:
     assert jvm is not None  # a classic session's driver JVM (None only in pyspark's types)
     runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     return "quick" if QUICK_OPTIONS in list(runtime.getInputArguments()) else "full"
+
+
+def class_archive_in_effect(spark: SparkSession) -> str | None:
+    """The class-data archive the driver JVM was started with (millpond.engine.class_archive), read from the JVM."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    arguments = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    found = [str(a).split("=", 1)[1] for a in arguments if str(a).startswith("-XX:SharedArchiveFile=")]
+    return found[-1] if found else None
 
 
 def compiles_huge_methods(spark: SparkSession) -> bool:

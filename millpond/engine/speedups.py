@@ -50,7 +50,12 @@ DELTA_RS_COMMITS = SpeedUp(
     "small complete-mode overwrites and a landing batch's few bad lines are committed by delta-rs from the driver",
     "delta-spark writes every pipeline table",
 )
-ALL = (JSON_FUNCTIONS, DELTA_RS_COMMITS)
+CLASS_ARCHIVE = SpeedUp(
+    settings.CLASS_ARCHIVE,
+    "a run's driver JVM maps the classes of an earlier JVM from a class-data archive (millpond.engine.class_archive)",
+    "the driver JVM loads every class from Spark's jars",
+)
+ALL = (JSON_FUNCTIONS, DELTA_RS_COMMITS, CLASS_ARCHIVE)
 
 
 def check_settings() -> None:

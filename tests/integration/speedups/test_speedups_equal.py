@@ -1,8 +1,8 @@
 """Every speed-up against the standard path it replaces, end to end: the activity pipeline runs twice on the same
 landed files, hostile lines included, once with every speed-up on (the default) and once with each one off
-(MILLPOND_JSON_FUNCTIONS=off, MILLPOND_DELTA_RS_COMMITS=off, MILLPOND_DRIVER_JIT=off), over two rounds so that the
-delta-rs commits (an existing gold table, an existing quarantine) are taken. Every table, quarantine and event-log
-count must be the same."""
+(MILLPOND_JSON_FUNCTIONS=off, MILLPOND_DELTA_RS_COMMITS=off, MILLPOND_DRIVER_JIT=off, MILLPOND_CLASS_ARCHIVE=off),
+over two rounds so that the delta-rs commits (an existing gold table, an existing quarantine) are taken. Every
+table, quarantine and event-log count must be the same."""
 
 from __future__ import annotations
 
@@ -14,13 +14,19 @@ from pathlib import Path
 import pytest
 
 from millpond.dev.sample_data import activity_files
+from millpond.engine import class_archive
 from millpond.lake import paths
 from tests.support.lake_tables import data_commits_without_txn
 from tests.support.stress import MILLPOND
 
 pytestmark = pytest.mark.integration
 
-STANDARD = {"MILLPOND_JSON_FUNCTIONS": "off", "MILLPOND_DELTA_RS_COMMITS": "off", "MILLPOND_DRIVER_JIT": "off"}
+STANDARD = {
+    "MILLPOND_JSON_FUNCTIONS": "off",
+    "MILLPOND_DELTA_RS_COMMITS": "off",
+    "MILLPOND_DRIVER_JIT": "off",
+    "MILLPOND_CLASS_ARCHIVE": "off",
+}
 # Lines a hand-made JSON scanner gets wrong, in the activity source's shape (Spark's default json options).
 HOSTILE = [
     "{'Device':'q1','Index':1,'Recorded_At':'2026-11-01T10:00:00Z','extra':5}",
@@ -43,13 +49,14 @@ def land(landing: Path, round_number: int) -> None:
     (landing / f".hostile-{round_number}.json.tmp").rename(landing / f"hostile-{round_number}.json")
 
 
-def run(lake: Path, settings: dict[str, str]) -> None:
+def run(lake: Path, settings: dict[str, str]) -> str:
     env = {**os.environ, "MILLPOND_LAKE": str(lake), **settings}
     for name in STANDARD:
         if name not in settings:
             env.pop(name, None)
     proc = subprocess.run([MILLPOND, "run", "activity"], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
 
 
 def contents(spark, lake: Path) -> dict[str, list]:
@@ -79,10 +86,15 @@ def contents(spark, lake: Path) -> dict[str, list]:
 
 def test_the_pipeline_gives_the_same_tables_with_every_speed_up_on_and_off(spark, tmp_path):
     fast, standard = tmp_path / "fast", tmp_path / "standard"
+    said = {}
     for round_number in range(2):
         for lake, settings in ((fast, {}), (standard, STANDARD)):
             land(lake / "landing" / "activity", round_number)
-            run(lake, settings)
+            said[lake] = run(lake, settings)
+    # Each JVM said what it started with: the fast side on the archive `make setup` built, the standard side without.
+    archive = class_archive.archive_path()
+    assert f"millpond: class archive {archive}\n" in said[fast], said[fast][-3000:]
+    assert "millpond: class archive none\n" in said[standard], said[standard][-3000:]
     fast_tables, standard_tables = contents(spark, fast), contents(spark, standard)
     assert fast_tables.keys() == standard_tables.keys()
     differ = {
