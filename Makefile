@@ -19,12 +19,13 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW_CONN_SPARK_MILLPOND ?= {"conn_type": "spark", "host": "local[2]"}
 PIPELINE ?= activity
 
-.PHONY: setup venv jars jvm report-assets kafka-broker kafka-up kafka-down s3proxy s3a-jars s3-up s3-down browser demo check test test-long test-engine test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
+.PHONY: setup venv jars jvm report-assets class-archive kafka-broker kafka-up kafka-down s3proxy s3a-jars s3-up s3-down browser demo check test test-integration test-outside-ci durations test-engine test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
 help:
 	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
 	@echo "make check  the fast lane (minutes): lint (ruff check, ruff format --check, mypy), then the unit tests"
-	@echo "make test   set up, then the unit and integration tests, kill tests included (all but those marked long)"
-	@echo "make test-long  the long scenario tests make test leaves out (Airflow REST, S3, cluster, wheel, bench)"
+	@echo "make test   set up, then the suite CI runs: make check, then every integration test but the few marked outside_ci"
+	@echo "make test-outside-ci  the integration scenarios that do not yet fit CI's 60 minutes (docs/testing.md)"
+	@echo "make durations  the longest test files of the last make test; rewrites tests/longest_first.txt"
 	@echo "make test-engine  the integration tests (but own_jvm ones) with every run on an engine (Spark Connect), one per worker"
 	@echo "make run-dag PIPELINE=<name>  one DAG run through Airflow (airflow dags test, SQLite, honours MILLPOND_LAKE)"
 	@echo "make up     the engine, then Airflow scheduler + UI/API + dag-processor + triggerer in the background"
@@ -169,31 +170,49 @@ down:
 	scripts/airflow-down.sh; status=$$?; $(BIN)/millpond engine stop; exit $$status
 
 # The report pages are checked in a real headless browser (tests/integration/quality_gate/test_reports_browser.py).
-# Installing one is the machine owner's call (it needs root), so a missing browser stops `make test` here, naming
-# the command, rather than skipping the test or running sudo behind the user's back.
+# A missing Chromium is installed from Debian's packages where this user may (root, as on CI's fresh machines);
+# elsewhere installing one is the machine owner's call, so `make test` stops here naming the command, rather than
+# skipping the test or running sudo behind the user's back.
 browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
-	    echo "error: chromium not found; \`make test\` checks the report pages in it. Fix: install Chromium (Debian: sudo apt-get install chromium)"; exit 1; }
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        echo "installing chromium (Debian's package) for the report-page tests"; \
+	        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null || exit 1; \
+	    else \
+	        echo "error: chromium not found; \`make test\` checks the report pages in it. Fix: install Chromium (Debian: sudo apt-get install chromium)"; exit 1; \
+	    fi; }
 
 # Two workers, a test file each at a time (module fixtures stay on one worker), the longest files first
 # (tests/longest_first.txt, in the order tests/conftest.py gives them); PYTEST_WORKERS=0 runs in-process.
+# `make test` is what `.ci/run` runs: the fast lane first (a broken commit fails in minutes), then every integration
+# test but the few marked `outside_ci`, scenarios that do not yet fit CI's 60 minutes (docs/testing.md: the budget,
+# and what they cost); `make test-outside-ci` runs those. Each run writes every test's duration to $(TEST_RESULTS)/
+# and prints the longest files; `make durations` rewrites tests/longest_first.txt from them.
 # pytest exits 5 when it collected no tests, which fails the target like any other failure.
-# `make test` leaves out the tests marked `long` (docs/testing.md: the whole suite outgrew CI's 90 minutes on two
-# cores); `make test-long` runs them.
 PYTEST_WORKERS ?= 2
-test: browser setup kafka-broker s3proxy s3a-jars
-	$(BIN)/python -m pytest -m "not long" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+TEST_RESULTS := .cache/test-results
+test: lint test-unit test-integration
 
-test-long: browser setup kafka-broker s3proxy s3a-jars
-	$(BIN)/python -m pytest -m long -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+test-integration: browser setup kafka-broker s3proxy s3a-jars
+	@mkdir -p $(TEST_RESULTS)
+	$(BIN)/python -m pytest -m "integration and not outside_ci" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	    --junitxml=$(TEST_RESULTS)/integration.xml $(PYTEST_ARGS)
+	@$(BIN)/python -m tests.support.durations $(TEST_RESULTS)/integration.xml --top 20
 
-# The integration suite with every run on an engine (docs/engine.md): one per worker, through SPARK_REMOTE. Not part
-# of `make test` (it would double it); it is how the engine is held to "every test that passes with a JVM per run".
+test-outside-ci: browser setup kafka-broker s3proxy s3a-jars
+	@mkdir -p $(TEST_RESULTS)
+	$(BIN)/python -m pytest -m outside_ci -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	    --junitxml=$(TEST_RESULTS)/outside-ci.xml $(PYTEST_ARGS)
+
+durations: setup
+	$(BIN)/python -m tests.support.durations $(TEST_RESULTS)/integration.xml --top 20 --write tests/longest_first.txt
+
+# The integration suite with every run on an engine (docs/engine.md): one per worker, through SPARK_REMOTE. An extra
+# beside `make test`, which runs the engine's own scenarios on both backends; this runs all the rest on it too.
 test-engine: browser setup kafka-broker s3proxy s3a-jars
 	MILLPOND_TEST_ENGINE=on $(BIN)/python -m pytest -m "integration and not own_jvm" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-# The fast lane: no JVM, no Airflow process, a few minutes on two cores. `make test` and `make test-long` are the
-# whole truth.
+# The fast lane: no JVM, no Airflow process, a few minutes on two cores; `make test` runs it first.
 check: lint test-unit
 
 lint: setup
@@ -202,7 +221,8 @@ lint: setup
 	$(BIN)/mypy
 
 test-unit: setup
-	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+	@mkdir -p $(TEST_RESULTS)
+	$(BIN)/python -m pytest -m unit --junitxml=$(TEST_RESULTS)/unit.xml $(PYTEST_ARGS)
 
 clean-lake:
 	rm -rf "$(MILLPOND_LAKE)"

@@ -2,9 +2,9 @@
 2 shuffle partitions), a lake per test, and one session-scoped Kafka broker for the tests that ask for it.
 
 The marker rule: `make check` runs `pytest -m unit` and trusts that nothing it selects starts a JVM or Airflow, and
-`make test` runs both kinds, less the integration tests marked `long` (`make test-long`). A test with no kind, both
-kinds, a kind its folder contradicts, or a unit test marked `long` would silently land in the wrong lane, so collection
-fails instead, naming the test.
+`make test` runs the integration tests after it, all but the few marked `outside_ci` (scenarios that do not yet fit
+CI's budget: docs/testing.md). A test with no kind, both kinds, a kind its folder contradicts, or a unit test marked
+`outside_ci` would silently land in the wrong lane, so collection fails instead, naming the test.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def marker_problem(item: pytest.Item) -> str | None:
         return f"is marked both unit and integration: keep only `{folder}`, or move it to the other folder"
     if kinds[0] != folder:
         return f"is marked {kinds[0]} but lives in tests/{folder}/: mark it `{folder}`, or move it to tests/{kinds[0]}/"
-    if folder == "unit" and item.get_closest_marker("long"):
-        return "is a unit test marked long: `long` keeps integration tests out of `make test`; drop it"
+    if folder == "unit" and item.get_closest_marker("outside_ci"):
+        return "is a unit test marked outside_ci: `outside_ci` keeps integration scenarios out of CI; drop it"
     return None
 
 
@@ -95,29 +95,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def test_engine(tmp_path_factory, request) -> Generator[str | None, None, None]:
-    """MILLPOND_TEST_ENGINE=on (`make test-engine`): one engine (`millpond engine start`) per test worker, named
-    by SPARK_REMOTE, so every run a test starts, as a process or in-process, goes to it. docs/engine.md says which
-    suites pass this way. The engine writes Spark's event log (its `spark.eventLog.dir`, through a spark-defaults.conf
-    of its own): what a test with a JVM of its own reads from that JVM's status store (e.g. the jobs it ran), a test on
-    the engine reads there. It is started on an object-store lake (a bucket of the worker's S3 server), so it has
-    s3a's jars and settings and serves the tests' bucket lakes as well as their folder lakes (an engine started for a
-    folder lake refuses a bucket lake's run). Off (`make test`): nothing."""
-    from millpond import settings
+@pytest.fixture(scope="session")
+def engine_server(tmp_path_factory, request) -> Generator[dict, None, None]:
+    """One engine (`millpond engine start`, a Spark Connect server) per test worker, started the first time a test
+    asks for it and shared by every test of the worker that runs on the engine: the engine backend of the tests
+    written for both backends (tests/support/backends.py), and every run in `make test-engine`.
 
-    if settings.TEST_ENGINE.value() != "on":
-        yield None
-        return
+    It is started on an object-store lake (a bucket of the worker's S3 server), so it has s3a's jars and settings and
+    serves the tests' bucket lakes as well as their folder lakes (an engine started for a folder lake refuses a
+    bucket lake's run). Its state file (with the token) lives in a folder of its own (XDG_STATE_HOME), as another
+    user's or container's would. It writes Spark's event log (its `spark.eventLog.dir`, through a
+    spark-defaults.conf of its own): what a test with a JVM of its own reads from that JVM's status store (e.g. the
+    jobs it ran), a test on the engine reads there."""
     import subprocess
 
     from tests.support.stress import MILLPOND
 
     s3_server = request.getfixturevalue("s3_server")
     s3_server.create_bucket("test-engine")
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "MILLPOND_FAULT")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "MILLPOND_FAULT", "SPARK_CONNECT_MODE_ENABLED")
+    }
     env |= {**s3_server.env(), "MILLPOND_LAKE": "s3a://test-engine/lake"}
-    env["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("test-engine-state"))  # its state file, out of ~/.local
+    state = tmp_path_factory.mktemp("test-engine-state")
+    env["XDG_STATE_HOME"] = str(state)  # its state file, out of ~/.local
     conf, events = tmp_path_factory.mktemp("test-engine-conf"), tmp_path_factory.mktemp("test-engine-events")
     (conf / "spark-defaults.conf").write_text(
         f"spark.eventLog.enabled true\nspark.eventLog.dir {events.as_uri()}\n"
@@ -126,10 +127,38 @@ def test_engine(tmp_path_factory, request) -> Generator[str | None, None, None]:
     env["SPARK_CONF_DIR"] = str(conf)  # spark-submit reads its spark-defaults.conf; the pyspark wheel ships none
     started = subprocess.run([MILLPOND, "engine", "start"], env=env, capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr[-3000:]
-    os.environ["SPARK_REMOTE"] = started.stdout.strip().splitlines()[-1]
+    remote = started.stdout.strip().splitlines()[-1]
+    (folder,) = (state / "millpond" / "engines").iterdir()  # millpond.lake.paths.engine_dir of its bucket lake
+    yield {"remote": remote, "env": env, "folder": folder, "log": folder / "engine.log", "bucket": "test-engine"}
+    subprocess.run([MILLPOND, "engine", "stop"], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_engine(request) -> Generator[str | None, None, None]:
+    """MILLPOND_TEST_ENGINE=on (`make test-engine`): the worker's engine (`engine_server`) named by SPARK_REMOTE, so
+    every run a test starts, as a process or in-process, goes to it. docs/engine.md says which suites pass this way.
+    Off (`make test`): nothing."""
+    from millpond import settings
+
+    if settings.TEST_ENGINE.value() != "on":
+        yield None
+        return
+    os.environ["SPARK_REMOTE"] = request.getfixturevalue("engine_server")["remote"]
     yield os.environ["SPARK_REMOTE"]
     os.environ.pop("SPARK_REMOTE", None)
-    subprocess.run([MILLPOND, "engine", "stop"], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(
+    params=[pytest.param("own_jvm", marks=pytest.mark.own_jvm), "engine"],
+)
+def backend(request):
+    """Where the test's runs execute (tests/support/backends.py): once in a JVM of their own, once on the worker's
+    engine. The own-JVM half is `own_jvm` (`make test-engine` runs every test on the engine already)."""
+    from tests.support.backends import OnEngine, OwnJvm
+
+    if request.param == "engine":
+        return OnEngine(request.getfixturevalue("engine_server"))
+    return OwnJvm()
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.airflow_run import CONNECT_VARIABLES
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = [pytest.mark.integration, pytest.mark.outside_ci]  # docs/testing.md: still outside CI
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "sensors"
 

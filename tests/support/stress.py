@@ -57,6 +57,14 @@ def start_run(lake: Path, fault: str | None = None, args: tuple[str, ...] = ()) 
     )
 
 
+def run_in_process(*args: str, pipeline: str = "activity") -> None:
+    """A run on this test worker's Spark session (its lake from MILLPOND_LAKE): where a run is not the process under
+    test, a rerun after a kill or a run that sets a lake up, it needs no JVM of its own (docs/testing.md)."""
+    from millpond.engine import runner
+
+    assert runner.main([pipeline, *args]) == 0, f"the in-process run of {pipeline} {' '.join(args)} failed"
+
+
 def session_processes(proc: subprocess.Popen) -> list[psutil.Process]:
     alive = []
     for p in psutil.process_iter(["pid"]):

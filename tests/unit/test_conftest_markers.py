@@ -68,11 +68,11 @@ def test_well_marked_tests_run_in_their_lane(tree):
         ),
         (
             "tests/unit/test_bad.py",
-            "pytestmark = [pytest.mark.unit, pytest.mark.long]\n\ndef test_bad():\n    pass\n",
-            "is a unit test marked long",
+            "pytestmark = [pytest.mark.unit, pytest.mark.outside_ci]\n\ndef test_bad():\n    pass\n",
+            "is a unit test marked outside_ci",
         ),
     ],
-    ids=["unmarked", "both", "integration-in-unit", "unit-in-integration", "outside", "long-unit"],
+    ids=["unmarked", "both", "integration-in-unit", "unit-in-integration", "outside", "outside-ci-unit"],
 )
 def test_a_test_that_escapes_the_rule_fails_collection_naming_it(tree, path, body, reason):
     write(tree, "tests/unit/test_a.py", "pytestmark = pytest.mark.unit\n\ndef test_a():\n    pass\n")

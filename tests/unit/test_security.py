@@ -1,6 +1,6 @@
 """No secret in the repository or on a `spark-submit` command line: secrets live in connections and environment.
 
-(Anonymous requests to the UI/API are refused: tests/integration/airflow/test_airflow_up.py against a real `make up`.
+(Anonymous requests to the UI/API are refused: tests/integration/airflow/test_make_up.py against a real `make up`.
 Spec paths cannot leave the lake root: tests/unit/spec/test_loader.py.)
 """
 

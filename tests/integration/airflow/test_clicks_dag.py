@@ -23,7 +23,7 @@ from tests.integration.pipelines.test_joins import (
 )
 from tests.support.airflow_run import airflow_env, dags_test, migrate, spark_processes
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = pytest.mark.integration
 
 
 def test_a_clicks_dag_run_matches_the_reference(tmp_path, spark, monkeypatch):
@@ -48,21 +48,3 @@ def test_a_clicks_dag_run_matches_the_reference(tmp_path, spark, monkeypatch):
         gate = next(t for t in summary["tables"] if t["table"] == "gold.campaign_ctr")["gate"]
         assert gate["outcome"] == "passed" and gate["rows_validated"] > 0, gate
     assert spark_processes(lake) == [], "a Spark process outlived the DAG run"
-
-
-def test_the_first_clicks_dag_run_on_a_fresh_lake_succeeds_without_spark(tmp_path):
-    """Nothing has landed (`make up` on a fresh lake): a green run that wrote nothing, says why, and started no JVM."""
-    lake = tmp_path / "lake"
-    lake.mkdir()
-    env = airflow_env(tmp_path / "airflow_home", lake)
-    migrate(env)
-    rc, log = dags_test(env, "2026-11-02T05:00:00+00:00", tmp_path / "fresh.log", dag_id="clicks")
-    assert rc == 0, log[-3000:]
-    assert "PATH_NOT_FOUND" not in log and "Spark-Submit cmd" not in log, log[-3000:]
-    assert "millpond: bronze.impressions: nothing has landed in landing/impressions yet" in log, log[-3000:]
-    printed = next(line for line in log.splitlines() if line.startswith("run ") and " of pipeline clicks " in line)
-    summary = run_summary.load("clicks", printed.split()[1], root=lake)
-    assert {t["table"]: (t["outcome"], t["rows_written"]) for t in summary["tables"]} == {
-        t: ("succeeded", 0) for t in TABLES
-    }
-    assert not (lake / "bronze").exists() and not (lake / "_checkpoints").exists()

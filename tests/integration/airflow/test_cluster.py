@@ -32,7 +32,7 @@ from tests.support.airflow_run import (
 from tests.support.lake_tables import assert_matches_reference
 from tests.support.reference import activity_reference
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = [pytest.mark.integration, pytest.mark.outside_ci]  # docs/testing.md: still outside CI
 
 
 def free_port() -> int:

@@ -27,7 +27,7 @@ from tests.support import REPO
 from tests.support.airflow_run import airflow_env, dags_test, migrate, spark_processes
 from tests.support.device_status_reference import Feed
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = [pytest.mark.integration, pytest.mark.outside_ci]  # docs/testing.md: still outside CI
 
 MILLPOND = os.path.join(os.path.dirname(sys.executable), "millpond")
 

@@ -1,8 +1,12 @@
-"""`millpond engine`: a Spark Connect server runs use through SPARK_REMOTE. Runs on it equal the plain-Python
-reference, a killed run commits nothing after its death, and a run whose code differs from the engine's refuses.
+"""`millpond engine`: a Spark Connect server runs use through SPARK_REMOTE. Its life (start, status, the token,
+stop), a run whose code differs from the engine's or whose lake it cannot reach refuses, and what only the engine
+has: a notebook's own session beside a run's, a terminated run's session, runs of two pipelines at once.
 
-One engine serves the whole module (it takes ~15 s to start); each test has a lake of its own, as runs of
-different projects' lakes would on one engine.
+The module's own engine, started on a folder lake, is the one these tests start, inspect and stop. Runs go to the
+test worker's engine (tests/conftest.py::engine_server), which the tests written for both backends share: the
+rounds (tests/integration/pipelines/test_runner.py), SIGKILLs and reruns (tests/integration/faults/test_kill.py),
+the gate, a reprocess, a DAG run and an s3a lake. Each test has a lake of its own, as runs of different projects'
+lakes would on one engine.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ import psutil
 import pytest
 
 from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
-from tests.support.lake_tables import assert_matches_reference, data_commits_without_txn
+from tests.support.backends import OnEngine
+from tests.support.lake_tables import assert_matches_reference
 from tests.support.reference import activity_reference
 from tests.support.stress import MILLPOND
 
@@ -76,16 +82,6 @@ def versions(lake: Path) -> dict[str, int]:
     }
 
 
-def versions_after_death(lake: Path, what: str) -> dict[str, int]:
-    """The tables' versions once a commit already under way when the run died has had 2 s to finish, and the same
-    15 s later, when the server's query would have written its next commit: no later commit may start."""
-    time.sleep(2)
-    settled = versions(lake)
-    time.sleep(15)
-    assert versions(lake) == settled, f"a batch was committed after {what}"
-    return settled
-
-
 def test_start_prints_a_token_remote_on_localhost_and_status_reports_it(engine):
     remote, state = engine["remote"], engine["state"]
     assert remote.startswith(f"sc://localhost:{state['port']}/;token=") and len(state["token"]) >= 32
@@ -126,45 +122,12 @@ def test_a_client_without_the_token_is_refused(engine):
     assert answer.stdout.strip() == "ANSWERED", answer.stdout + answer.stderr[-2000:]
 
 
-def test_a_state_file_others_may_read_is_not_trusted(tmp_path):
-    from millpond.engine import connect_server
-
-    folder = tmp_path / "_system" / "engine"
-    folder.mkdir(parents=True)
-    (folder / "engine.json").write_text("{}")
-    os.chmod(folder / "engine.json", 0o644)
-    with pytest.raises(connect_server.EngineError, match="not trusted"):
-        connect_server.read_state(tmp_path)
-
-
-def test_runs_on_the_engine_equal_the_reference(spark, lake, engine):
-    landing = lake / "landing" / "activity"
-    env = run_env(lake, engine)
-    for seed in (1, 2, 3):
-        activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=seed)
-        started = time.monotonic()
-        result = millpond(env, "run", "activity")
-        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-        assert "millpond: on the engine at sc://localhost:" in result.stdout
-        assert "driver JIT" not in result.stdout  # no JVM of its own
-        print(f"round {seed} on the engine: {time.monotonic() - started:.1f} s")
-        assert_matches_reference(spark, activity_reference(landing))
-    summary = json.loads(sorted((lake / "_system" / "runs" / "activity").glob("*.json"))[-1].read_text())
-    bronze = next(t for t in summary["tables"] if t["table"] == "bronze.activity")
-    assert bronze["micro_batches"] >= 1 and bronze["rows_in"] == 600  # counted in the server's batch worker
-    silver = next(t for t in summary["tables"] if t["table"] == "silver.activity")
-    assert silver["gate"]["outcome"] == "passed"  # the gate's result came back from the server too
-    assert not (lake / "_system" / "engine_runs").exists() or not any((lake / "_system" / "engine_runs").iterdir())
-    idle = millpond(env, "run", "activity")
-    assert idle.returncode == 0 and "no Spark application started" in idle.stdout
-    assert data_commits_without_txn(lake) == []
-
-
 IN_A_NOTEBOOK = """
 import os, sys, threading, traceback
 from pathlib import Path
 from pyspark.sql.connect.session import SparkSession
 from millpond.dev.sample_data import activity_files
+from millpond.engine import runner
 from millpond.engine import runner
 
 try:
@@ -186,7 +149,9 @@ finally:
 """
 
 
-def test_runs_called_in_a_process_holding_its_own_connect_session_use_theirs_and_give_it_back(spark, lake, engine):
+def test_runs_called_in_a_process_holding_its_own_connect_session_use_theirs_and_give_it_back(
+    spark, lake, engine_server
+):
     """A notebook on the engine calls the runner: the reprocess's client-side slices (silver's gated one, GX) must
     use the run's session, not the notebook's (they find it as the process's default), and the notebook's session
     is its process's own again afterwards."""
@@ -194,7 +159,7 @@ def test_runs_called_in_a_process_holding_its_own_connect_session_use_theirs_and
     activity_files(landing, 48, 30, duplicates=0.05, malformed=0.02, seed=1)  # hours 0-3: the watermark passes 1
     done = subprocess.run(
         [sys.executable, "-c", IN_A_NOTEBOOK, str(landing)],
-        env=run_env(lake, engine),
+        env=run_env(lake, engine_server),
         capture_output=True,
         text=True,
         timeout=600,
@@ -204,46 +169,21 @@ def test_runs_called_in_a_process_holding_its_own_connect_session_use_theirs_and
     assert_matches_reference(spark, activity_reference(landing))
 
 
-def test_a_killed_run_commits_nothing_after_its_death_and_a_rerun_equals_the_reference(spark, lake, engine):
-    """The fault points of a batch are reached in the server's batch worker, which SIGKILLs the run's own process
-    there: the batch must then stop before its next commit, though the server lives on."""
-    landing = lake / "landing" / "activity"
-    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=11)
-    for fault in ("bronze.activity:before_write", "bronze.activity:between_writes", "silver.activity:before_write"):
-        before = versions(lake)
-        proc = start_run(run_env(lake, engine, MILLPOND_FAULT=fault))
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == -signal.SIGKILL, f"expected the run SIGKILLed at {fault}:\n{out[-3000:]}"
-        killed = versions_after_death(lake, f"the run was killed at {fault}")
-        if fault.endswith("before_write"):
-            table = fault.split(":")[0]
-            assert killed[table] == before[table], f"{table} committed the batch of a run killed before writing"
-        activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=12 + len(before))
-    # The whole process group at a moment of the run, as a task's kill would.
-    proc = start_run(run_env(lake, engine))
-    time.sleep(6)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
-    versions_after_death(lake, "the run's process group was killed")
-
-    result = millpond(run_env(lake, engine), "run", "activity")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    assert_matches_reference(spark, activity_reference(landing))
-    assert data_commits_without_txn(lake) == []
-
-
-def test_a_terminated_run_releases_its_session_and_its_queries_stop(spark, lake, engine):
+def test_a_terminated_run_releases_its_session_and_its_queries_stop(spark, lake, engine_server):
     landing = lake / "landing" / "activity"
     activity_files(landing, 3, 300, duplicates=0.05, malformed=0.02, seed=21)
-    proc = start_run(run_env(lake, engine))
+    proc = start_run(run_env(lake, engine_server))
     deadline = time.monotonic() + 120
     while latest_version(paths.table_path("bronze.activity", lake)) < 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
-    versions_after_death(lake, "the run was terminated")
-    result = millpond(run_env(lake, engine), "run", "activity")
+    OnEngine(engine_server).after_death()  # the server stopped the session's queries
+    settled = versions(lake)
+    time.sleep(1)
+    assert versions(lake) == settled, "a batch was committed after the run was terminated"
+    result = millpond(run_env(lake, engine_server), "run", "activity")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert_matches_reference(spark, activity_reference(landing))
 
@@ -278,23 +218,26 @@ def test_a_bucket_lakes_run_on_an_engine_started_for_a_folder_lake_is_refused(en
     assert [key for key in s3_bucket.keys("lake/") if not key.startswith(("lake/landing/", "lake/_system/"))] == []
 
 
-@pytest.mark.long
-def test_the_clicks_pipeline_on_the_engine_equals_a_run_in_a_jvm_of_its_own(spark, tmp_path, engine):
+def test_the_clicks_pipeline_on_the_engine_equals_a_run_in_a_jvm_of_its_own(
+    spark, tmp_path, monkeypatch, engine_server
+):
     """A stream-stream join, a dimension lookup and gold aggregates: the same landed files run on the engine and in a
-    JVM of the run's own give the same rows in every table (the time of ingestion aside)."""
+    JVM of the run's own (the test worker's session) give the same rows in every table (the time of ingestion
+    aside)."""
+    from millpond.cli import main as cli
     from millpond.spec import load_pipeline
 
     lakes = {side: tmp_path / side for side in ("engine", "own-jvm")}
     for seed in (1, 2):
         for side, lake in lakes.items():
-            env = clean_env(MILLPOND_LAKE=str(lake))
-            landed = millpond(env, "generate", "clicks", "--files", "1", "--rows", "300", "--seed", str(seed))
-            assert landed.returncode == 0, landed.stderr
+            monkeypatch.setenv("MILLPOND_LAKE", str(lake))
+            assert cli(["generate", "clicks", "--files", "1", "--rows", "300", "--seed", str(seed)]) == 0
             if side == "engine":
-                env = run_env(lake, engine)
-            result = millpond(env, "run", "clicks")
-            assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-            assert ("on the engine at" in result.stdout) == (side == "engine")
+                result = millpond(run_env(lake, engine_server), "run", "clicks")
+                assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+                assert "on the engine at" in result.stdout
+            else:
+                assert runner.main(["clicks"]) == 0
     for table_id in load_pipeline("clicks").tables:
         sides = []
         for lake in lakes.values():
@@ -320,11 +263,11 @@ second.stop()
 """
 
 
-def test_each_run_has_a_session_of_its_own_and_pipelines_overlap(spark, lake, engine):
+def test_each_run_has_a_session_of_its_own_and_pipelines_overlap(spark, lake, engine_server):
     """No conf or temporary view of one session is seen by another; a run of activity and one of clicks started
     together on one engine both finish, each with its own tables right."""
     seen = subprocess.run(  # its own process: one that opens a Connect session builds every Column for Connect
-        [sys.executable, "-c", SESSIONS_SEEN, engine["remote"]],
+        [sys.executable, "-c", SESSIONS_SEEN, engine_server["remote"]],
         env=clean_env(),
         capture_output=True,
         text=True,
@@ -339,7 +282,7 @@ def test_each_run_has_a_session_of_its_own_and_pipelines_overlap(spark, lake, en
 
     landing = lake / "landing" / "activity"
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=41)
-    env = run_env(lake, engine)
+    env = run_env(lake, engine_server)
     landed = millpond(env, "generate", "clicks", "--files", "1", "--rows", "300", "--seed", "41")
     assert landed.returncode == 0, landed.stderr
     runs = {name: start_run(env, name) for name in ("activity", "clicks")}  # together

@@ -6,6 +6,10 @@ Points (MILLPOND_FAULT, the process kills itself with SIGKILL exactly there):
   after_write     Delta committed, Spark's commit log not yet: the replay must be skipped (its commit names the batch)
   gold            killed inside the complete-mode gold write
 plus a SIGKILL of the whole process group at a random moment (seeded).
+
+The first test runs on both backends (a JVM of the run's own, the engine: tests/support/backends.py). Every killed
+run is a process of its own (its death is the subject); the rerun that recovers from the first test's kills is one
+too, and the other runs, which set a lake up or check a rerun, run on the test worker's session.
 """
 
 from __future__ import annotations
@@ -22,18 +26,28 @@ import pytest
 from millpond.dev.sample_data import activity_files
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
+from tests.support.backends import Backend, OwnJvm
 from tests.support.lake_tables import assert_matches_reference, data_commits_without_txn
 from tests.support.reference import activity_reference
-from tests.support.stress import assert_nothing_left, start_run
+from tests.support.stress import assert_nothing_left, run_in_process, start_run
 
 pytestmark = pytest.mark.integration
 
 
-def run_killed_at(lake: Path, fault: str) -> None:
-    proc = start_run(lake, fault)
+def run_killed_at(lake: Path, fault: str, backend: Backend | None = None) -> None:
+    """A `millpond run` SIGKILLed at `fault`, on `backend` (a JVM of its own by default); once it is dead, a table
+    killed before its write has no new version, and nothing more of it ever commits (on the engine: its queries
+    ended in the server)."""
+    backend = backend or OwnJvm()
+    table = fault.split(":")[0]
+    before = latest_version(paths.table_path(table))
+    proc = backend.start(fault=fault)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGKILL, f"expected a SIGKILL at {fault}, got {proc.returncode}:\n{out[-3000:]}"
     assert_nothing_left(proc)
+    backend.after_death()
+    if fault.endswith(":before_write"):
+        assert latest_version(paths.table_path(table)) == before, f"{table} committed the batch of a run killed first"
 
 
 def run_to_the_end(lake: Path) -> None:
@@ -42,28 +56,33 @@ def run_to_the_end(lake: Path) -> None:
     assert proc.returncode == 0, out[-3000:]
 
 
-def test_killed_runs_then_rerun_equal_the_reference(spark, lake):
+def test_killed_runs_then_rerun_equal_the_reference(spark, lake, backend):
+    """On both backends: on the engine the fault points are reached in the server's batch worker, which SIGKILLs the
+    run's own process there, and the batch must then stop before its next commit, though the server lives on."""
     landing = lake / "landing" / "activity"
     rng = random.Random(20261122)
 
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=1)
-    run_killed_at(lake, "bronze.activity:before_write")
+    run_killed_at(lake, "bronze.activity:before_write", backend)
     activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=2)
-    run_killed_at(lake, "bronze.activity:between_writes")  # the replayed first batch, half written
+    run_killed_at(lake, "bronze.activity:between_writes", backend)  # the replayed first batch, half written
     activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=3)
-    run_killed_at(lake, "bronze.activity:after_write")
-    run_killed_at(lake, "silver.activity:after_write")
-    run_killed_at(lake, "gold.device_counts:after_write")
+    run_killed_at(lake, "bronze.activity:after_write", backend)
+    run_killed_at(lake, "silver.activity:after_write", backend)
+    run_killed_at(lake, "gold.device_counts:after_write", backend)
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=4)
-    proc = start_run(lake)
+    proc = backend.start()
     time.sleep(rng.uniform(4, 12))  # somewhere in JVM start, bronze or silver
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert_nothing_left(proc)
+    backend.after_death()
 
-    run_to_the_end(lake)
+    rerun = backend.start()  # a fresh process recovers from every kill above
+    out, _ = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, out[-3000:]
     assert_matches_reference(spark, activity_reference(landing))
-    run_to_the_end(lake)  # nothing new: a no-op run
+    backend.succeed()  # nothing new: a no-op run
     assert_matches_reference(spark, activity_reference(landing))
     assert data_commits_without_txn(lake) == []  # every data commit of every table carries Delta's `txn`
 
@@ -78,7 +97,7 @@ def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spa
     landing = lake / "landing" / "activity"
     bronze, silver = paths.table_path("bronze.activity"), paths.table_path("silver.activity")
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=5)
-    run_to_the_end(lake)
+    run_in_process()
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=6)
     run_killed_at(lake, "bronze.activity:after_write")
     spark.sql(f"OPTIMIZE delta.`{bronze}`")
@@ -87,7 +106,7 @@ def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spa
     assert latest_version(bronze) == bronze_version, "the replayed bronze batch was written again"
     spark.sql(f"ALTER TABLE delta.`{silver}` SET TBLPROPERTIES ('team' = 'data')")
 
-    run_to_the_end(lake)
+    run_in_process()
     assert_matches_reference(spark, activity_reference(landing))
 
 
@@ -98,7 +117,7 @@ def test_a_replayed_gold_overwrite_by_delta_rs_is_skipped(spark, lake):
     landing = lake / "landing" / "activity"
     gold = paths.table_path("gold.device_counts")
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=7)
-    run_to_the_end(lake)
+    run_in_process()
     activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=8)
     run_killed_at(lake, "gold.device_counts:after_write")
     newest = spark.sql(f"DESCRIBE HISTORY delta.`{gold}`").orderBy("version", ascending=False).first()
@@ -107,6 +126,6 @@ def test_a_replayed_gold_overwrite_by_delta_rs_is_skipped(spark, lake):
     assert [json.loads(line)["txn"]["version"] for line in newest_commit if '"txn"' in line] == [1]
     version = latest_version(gold)
 
-    run_to_the_end(lake)
+    run_in_process()
     assert latest_version(gold) == version, "the replayed gold batch was written again"
     assert_matches_reference(spark, activity_reference(landing))

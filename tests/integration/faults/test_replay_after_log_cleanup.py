@@ -31,6 +31,7 @@ from tests.integration.pipelines.test_windows_update import (
 )
 from tests.support.lake_tables import assert_matches_reference, data_commits_without_txn
 from tests.support.reference import activity_reference
+from tests.support.stress import run_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,7 @@ def test_replays_after_log_cleanup_write_nothing_twice_in_every_activity_table(s
     bronze, quarantine = paths.table_path("bronze.activity"), paths.quarantine_path("bronze.activity")
     silver, gold = paths.table_path("silver.activity"), paths.table_path("gold.device_counts")
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=11)
-    run_to_the_end(lake)
+    run_in_process()
 
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=12)
     run_killed_at(lake, "bronze.activity:after_write")  # bronze and its quarantine committed batch 1
@@ -85,7 +86,7 @@ def test_replays_after_log_cleanup_write_nothing_twice_in_every_activity_table(s
         quarantine: expire_log(spark, quarantine),
     }
     assert system_tables.driver_writable(system_tables.open_table(quarantine))  # its replay is delta-rs's to skip
-    run_to_the_end(lake)  # replays bronze's batch 1 first
+    run_to_the_end(lake)  # replays bronze's batch 1 first, in a fresh process as a crashed run's retry would
     assert {table: latest_version(table) for table in kept} == kept, "a replayed bronze batch was written again"
     assert_matches_reference(spark, activity_reference(landing))
 
@@ -96,13 +97,13 @@ def test_replays_after_log_cleanup_write_nothing_twice_in_every_activity_table(s
     kept[gold] = expire_log(spark, gold)
     schema = spark.read.format("delta").load(str(gold)).schema.jsonValue()
     assert small_overwrite.table_to_overwrite(gold, schema) is not None  # its replay is delta-rs's to skip
-    run_to_the_end(lake)
+    run_in_process()
     assert latest_version(gold) == kept[gold], "the replayed gold batch was written again"
 
     activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=14)
     run_killed_at(lake, "silver.activity:after_write")
     kept[silver] = expire_log(spark, silver, "gold.device_counts,gold.activity_hourly")
-    run_to_the_end(lake)
+    run_in_process()
     assert latest_version(silver) == kept[silver], "the replayed silver batch was written again"
     assert_matches_reference(spark, activity_reference(landing))
     assert data_commits_without_txn(lake) == []

@@ -251,7 +251,6 @@ def run_killed_at(lake: Path, fault: str | None) -> str:
     return done.stdout
 
 
-@pytest.mark.long
 def test_sigkills_leave_bronze_exact_and_the_kafka_sink_at_least_once(spark, kafka_broker, lake, topics, test_engine):
     """Bronze: killed between its table and quarantine writes, and after a Delta commit that Spark's commit log had
     not recorded; the reruns leave every message once. The sink: killed after sending a batch but before the commit

@@ -17,7 +17,7 @@ from tests.support.airflow_run import airflow_env, dags_test, migrate, spark_pro
 from tests.support.lake_tables import assert_matches_reference_rs
 from tests.support.reference import activity_reference
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = pytest.mark.integration
 
 
 def test_dag_runs_on_an_s3a_lake_with_credentials_from_the_airflow_connection(s3_bucket, tmp_path, monkeypatch):

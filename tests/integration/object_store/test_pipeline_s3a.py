@@ -1,24 +1,30 @@
 """The activity pipeline with `MILLPOND_LAKE=s3a://...` against a real S3 server, through real `millpond run`
 processes: rounds of files landed with the object-store client, SIGKILLs mid-run, reruns, the plain-Python
-reference, the gate, `millpond status`, and a run whose lease is taken over.
+reference, the gate, `millpond status` and `millpond check`, on both backends (a JVM of the run's own, and the
+engine, whose batches stop once a killed run's lease is no longer renewed: millpond.engine.connect_batch); and,
+with a JVM of its own, a run whose lease is taken over.
 
-Tables are read back by delta-rs (tests/support/lake_tables.py): the runs are the only JVMs.
+Tables are read back by delta-rs (tests/support/lake_tables.py): the runs and the engine are the only JVMs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from millpond.dev.sample_data import activity_files, land_file
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
 from millpond.runs import reports, run_summary
+from tests.support.backends import Backend, OwnJvm
 from tests.support.lake_tables import assert_matches_reference_rs, snapshot_rs
 from tests.support.reference import activity_reference
 from tests.support.stress import MILLPOND, assert_nothing_left, start_run
@@ -48,14 +54,17 @@ def put_new(bucket, local: Path, before: set[Path]) -> None:
     bucket.put_files(sorted(set(local.glob("*.json")) - before), "lake/landing/activity")
 
 
-def run(lake: str, fault: str | None = None, *args: str) -> tuple[int, str]:
-    proc = start_run(lake, fault, ("--wait", "60", *args))  # type: ignore[arg-type]
+def run(lake: str, fault: str | None = None, *args: str, backend: Backend | None = None) -> tuple[int, str]:
+    """A `millpond run` process (on `backend`, a JVM of its own by default) that waits for a killed run's lease."""
+    backend = backend or OwnJvm()
+    proc = backend.start("--wait", "60", *args, fault=fault)
     out, _ = proc.communicate(timeout=900)
     if fault:
         assert proc.returncode == -signal.SIGKILL, (
             f"expected a SIGKILL at {fault}, got {proc.returncode}:\n{out[-3000:]}"
         )
         assert_nothing_left(proc)
+        backend.after_death()
     return proc.returncode, out
 
 
@@ -87,37 +96,56 @@ def versions() -> dict[str, int]:
     return {t: latest_version(paths.table_path(t)) for t in TABLES}
 
 
-def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_gold(s3_lake, tmp_path):
+def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_gold(
+    s3_lake, tmp_path, monkeypatch, backend
+):
+    monkeypatch.setenv("MILLPOND_LEASE_SECONDS", backend.lease_seconds)
     lake, local = str(paths.lake_root()), tmp_path / "landing"
     local.mkdir()
+    on_engine = backend.name == "engine"
+    engine_log = backend.log.read_text(errors="replace") if on_engine else ""
 
     land(s3_lake, local, 2, seed=1)
-    run(lake, "bronze.activity:after_write")  # bronze committed, Spark's commit log not yet: the replay is skipped
+    run(lake, "bronze.activity:after_write", backend=backend)  # bronze committed, not Spark's commit log
     land(s3_lake, local, 1, seed=2)
-    run(lake, "silver.activity:before_write")
+    before = versions()
+    run(lake, "silver.activity:before_write", backend=backend)
+    assert versions()["silver.activity"] == before["silver.activity"], "silver committed the batch of a dead run"
+    if on_engine:  # the batch's check, in the server, found the killed run's lease no longer renewed
+        assert "has not renewed its lease" in backend.log.read_text(errors="replace")[len(engine_log) :]
+        # ... under the commit flock in a folder of the engine's machine for this lake, not in the bucket
+        # (backend.folder is <the engine's state home>/millpond/engines/<its own lake>).
+        monkeypatch.setenv("XDG_STATE_HOME", str(backend.folder.parents[2]))
+        assert paths.commit_lock_path("activity").is_file()
     land(s3_lake, local, 1, seed=3)
-    code, out = run(lake)
+    killed_reports = set(s3_lake.keys("lake/_system/engine_runs/"))  # a SIGKILLed client cannot remove its own
+    code, out = run(lake, backend=backend)
     assert code == 0, out[-3000:]
+    backend.assert_ran_here(out)
     assert_matches_reference_rs(activity_reference(local))  # each round's rows once: counts and every key
-
-    code, out = run(lake)  # nothing new: decided from S3 listings, no JVM
-    assert code == 0 and "no table has anything new: no Spark application started" in out, out[-3000:]
-    assert_matches_reference_rs(activity_reference(local))
     runs = run_summary.latest("activity")
     assert runs is not None and {t["table"] for t in runs["tables"]} == set(TABLES)
+    bronze = next(t for t in runs["tables"] if t["table"] == "bronze.activity")
+    assert bronze["rows_in"] == 300  # the round landed last (counted on the engine in the server's batch worker)
+    # The run's batch reports on the engine are removed with its session; only those of the killed runs stay.
+    assert set(s3_lake.keys("lake/_system/engine_runs/")) <= killed_reports
 
-    status = subprocess.run([MILLPOND, "status", "activity"], capture_output=True, text=True, timeout=120)
-    assert status.returncode == 0, status.stderr
+    code, out = run(lake, backend=backend)  # nothing new: decided from S3 listings, no JVM
+    assert code == 0 and "no table has anything new: no Spark application started" in out, out[-3000:]
+    assert_matches_reference_rs(activity_reference(local))
+
+    code, said, err = backend.process("status", "activity")
+    assert code == 0, err
     for table in TABLES:
-        assert f"{paths.table_path(table)} " in status.stdout
-    assert f"{len(activity_reference(local).bronze)}" in status.stdout
+        assert f"{paths.table_path(table)} " in said
+    assert f"{len(activity_reference(local).bronze)}" in said
 
     # A blocking expectation fails: bronze ingests, silver and gold stay as they were, the report is in the bucket.
     before, tables = versions(), snapshot_rs()
     before_files = set(local.glob("*.json"))
     land_file(local, "flying.json", [json.dumps(fly(i)) for i in range(3)])
     put_new(s3_lake, local, before_files)
-    code, out = run(lake, None, "--run-id", "fly-1")
+    code, out = run(lake, None, "--run-id", "fly-1", backend=backend)
     assert code == 4, out[-3000:]
     assert "data-quality gate FAILED for silver.activity" in out
     after = versions()
@@ -130,16 +158,15 @@ def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_g
     assert paths.as_lake_path(gate["report_path"]).is_file() and paths.as_lake_path(gate["index_path"]).is_file()
     assert {t["table"]: t["outcome"] for t in summary["tables"]}["gold.device_counts"] == "skipped"
 
-    # `millpond check` sees the slice silver has not committed and fails the same way; `millpond preview` shows a
-    # batch of it. Neither writes a table (check adds its report; preview leaves the bucket as it was).
-    check = subprocess.run(
-        [MILLPOND, "check", "activity", "--table", "silver.activity"], capture_output=True, text=True, timeout=600
-    )
-    assert check.returncode == 4, (check.stdout + check.stderr)[-3000:]
-    assert "unexpected" in check.stderr and [e["outcome"] for e in reports.history() if e["mode"] == "check"] == [
-        "failed"
-    ]
+    # `millpond check` sees the slice silver has not committed and fails the same way, writing only its report.
+    code, said, err = backend.process("check", "activity", "--table", "silver.activity")
+    assert code == 4, (said + err)[-3000:]
+    assert "unexpected" in err and [e["outcome"] for e in reports.history() if e["mode"] == "check"] == ["failed"]
     assert versions() == after and snapshot_rs() == tables
+    if on_engine:
+        assert_the_engines_secrets_stay_local(backend, s3_lake)
+        return
+    # `millpond preview` (a JVM of its own on either backend) shows a batch of it and leaves the bucket as it was.
     keys = s3_lake.keys("lake/")
     preview = subprocess.run(
         [MILLPOND, "preview", "activity", "silver.activity", "--batches", "1", "--rows", "3"],
@@ -150,6 +177,22 @@ def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_g
     assert preview.returncode == 0, preview.stderr[-3000:]
     assert "batch 0: " in preview.stdout and "stopped after 1 micro-batch" in preview.stdout, preview.stdout[-3000:]
     assert s3_lake.keys("lake/") == keys
+
+
+def assert_the_engines_secrets_stay_local(backend, bucket) -> None:
+    """The engine's token stays in its own state folder (its owner's only), never in a bucket; the store's key is
+    on no command line of the server or its workers, and not in its log."""
+    state, key = backend.folder / "engine.json", os.environ["AWS_SECRET_ACCESS_KEY"]
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    assert bucket.keys("lake/_system/engine/") == [] and bucket.keys("lake/_system/engine.json") == []
+    server = psutil.Process(json.loads(state.read_text())["pid"])
+    for process in (server, *server.children(recursive=True)):  # spark-submit's JVM and its Python workers
+        try:
+            command = process.cmdline()
+        except psutil.Error:  # a helper process that ended meanwhile
+            continue
+        assert key not in " ".join(command), command[:3]
+    assert key not in backend.log.read_text(errors="replace")
 
 
 def fly(index: int) -> dict:

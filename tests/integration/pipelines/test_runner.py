@@ -19,7 +19,7 @@ from millpond.lake import paths
 from millpond.lake.delta_log import latest_version, table_state
 from millpond.runs import run_summary
 from tests.support import REPO
-from tests.support.lake_tables import assert_matches_reference, read
+from tests.support.lake_tables import assert_matches_reference, data_commits_without_txn, read
 from tests.support.reference import activity_reference
 
 pytestmark = pytest.mark.integration
@@ -41,10 +41,13 @@ def event_log(spark, run_id=None):
     return {r.table: r for r in (df.where(df.run_id == run_id) if run_id else df).collect()}
 
 
-def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, lake):
+def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, lake, backend):
+    """The spine, on both backends (a JVM of the run's own, the engine)."""
     for round_number in range(3):
         land(lake, 2, duplicates=0.05, malformed=0.01, seed=round_number)
-        assert runner.main(["activity", "--run-id", f"round-{round_number}"]) == 0
+        code, out, err = backend.run("--run-id", f"round-{round_number}")
+        assert code == 0, (out + err)[-4000:]
+        backend.assert_ran_here(out)
         bronze = event_log(spark, f"round-{round_number}")["bronze.activity"]
         assert bronze.rows_in == 800  # exactly the two files landed since the previous run
         assert bronze.outcome == "succeeded"
@@ -52,6 +55,12 @@ def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, l
         silver = event_log(spark, f"round-{round_number}")["silver.activity"]
         assert (silver.micro_batches, silver.version_after - silver.version_before) == (2, 1)
         assert_matches_reference(spark, activity_reference(lake / "landing" / "activity"))
+    # What the batches counted and the gate found reached the run summary (on the engine: from the server's worker).
+    summary = {t["table"]: t for t in run_summary.load("activity", "round-2")["tables"]}
+    assert summary["bronze.activity"]["micro_batches"] >= 1 and summary["bronze.activity"]["rows_in"] == 800
+    assert summary["silver.activity"]["gate"]["outcome"] == "passed"
+    engine_runs = lake / "_system" / "engine_runs"  # the server-side batches' reports, removed with the session
+    assert not engine_runs.exists() or not any(engine_runs.iterdir())
     files = read(spark, "bronze.activity").select("_source_file").distinct().collect()
     sources = {r._source_file.rsplit("/", 1)[-1] for r in files}
     assert sources == {f"activity-{k:06d}.json" for k in range(6)}
@@ -61,6 +70,9 @@ def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, l
     newest = (log / f"{latest_version(paths.table_path('bronze.activity')):020d}.json").read_text().splitlines()
     txn = [json.loads(line)["txn"] for line in newest if '"txn"' in line]
     assert [(t["appId"], t["version"]) for t in txn] == [(app_id, 2)]  # the third run's one batch
+    assert data_commits_without_txn(lake) == []
+    code, out, err = backend.run("--run-id", "idle")
+    assert code == 0 and "no Spark application started" in out, (out + err)[-3000:]
 
 
 def test_a_run_with_nothing_new_writes_nothing(spark, lake):

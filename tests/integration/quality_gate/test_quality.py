@@ -168,15 +168,17 @@ def page_text(report_path: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", Path(report_path).read_text()))
 
 
-def test_failing_increment_keeps_gold_unchanged_until_the_rule_is_fixed(spark, lake, tmp_path, capsys, monkeypatch):
+def test_failing_increment_keeps_gold_unchanged_until_the_rule_is_fixed(spark, lake, tmp_path, monkeypatch, backend):
+    """On both backends: on the engine the gate validates in the server's batch worker and its verdict, counts and
+    report reach the run from there."""
     land_good(lake, seed=2)
-    assert runner.main(["activity", "--run-id", "before"]) == 0
+    backend.succeed("--run-id", "before")
     before = snapshot(spark)
     land_good(lake, seed=3)
     land_records(lake, "flying.json", [record("s3_7", 7000 + i, gt="fly") for i in range(3)])
-    capsys.readouterr()
-    assert runner.main(["activity", "--run-id", "fly-1"]) == 4
-    err = capsys.readouterr().err
+    code, out, err = backend.run("--run-id", "fly-1")
+    assert code == 4, (out + err)[-3000:]
+    backend.assert_ran_here(out)
     assert "data-quality gate FAILED for silver.activity (suite activity.silver.activity)" in err
     assert f"expectation {IN_SET} [fail]: 3 unexpected rows" in err
     report = run_summary.load("activity", "fly-1")
@@ -195,22 +197,21 @@ def test_failing_increment_keeps_gold_unchanged_until_the_rule_is_fixed(spark, l
         "gold.activity_hourly": "skipped",
     }
     # `millpond check` sees the same pending slice (what silver has not committed), fails the same way, writes nothing
-    from millpond.cli import main as cli
-
     bronze = after["versions"]["bronze.activity"]
-    assert cli(["check", "activity", "--table", "silver.activity"]) == 4
-    out, err = capsys.readouterr()
+    code, out, err = backend.command("check", "activity", "--table", "silver.activity")
+    assert code == 4, (out + err)[-3000:]
     assert f"checking bronze.activity versions {bronze}..{bronze}" in out
     assert (
         f"expectation {IN_SET} failed: 3 unexpected of {len(activity_reference(landing(lake)).silver) - len(before['silver'])} rows"
         in err
     )
-    assert cli(["check", "activity", "--version-from", "0", "--version-to", str(bronze - 1)]) == 0  # the clean slice
+    code, out, err = backend.command("check", "activity", "--version-from", "0", "--version-to", str(bronze - 1))
+    assert code == 0, (out + err)[-3000:]  # the clean slice
     assert [e["outcome"] for e in reports.history() if e["mode"] == "check"] == ["failed", "passed"]
     assert snapshot(spark) == after and not paths.quarantine_path("silver.activity").exists()
     # a later run replays the same batch and fails again: nothing is published by accident;
     # deferred (the Airflow ingest task), it exits 0 and leaves the failure in the run summary
-    assert runner.main(["activity", "--run-id", "fly-2", "--defer-gate-failure"]) == 0
+    backend.succeed("--run-id", "fly-2", "--defer-gate-failure")
     assert snapshot(spark) == after
     assert {t["table"]: t["outcome"] for t in run_summary.load("activity", "fly-2")["tables"]}[
         "silver.activity"
@@ -224,7 +225,7 @@ def test_failing_increment_keeps_gold_unchanged_until_the_rule_is_fixed(spark, l
             expectation["kwargs"]["value_set"].append("fly")
     (suites / f"{SUITE}.json").write_text(json.dumps(suite))
     monkeypatch.setenv("MILLPOND_EXPECTATIONS", str(suites))
-    assert runner.main(["activity", "--run-id", "fixed"]) == 0
+    backend.succeed("--run-id", "fixed")
     assert_matches_reference(spark, activity_reference(landing(lake)))  # nothing lost, nothing duplicated
     assert device_counts(spark)["s3_7"] == 3
 

@@ -55,9 +55,10 @@ def event_log(spark, run_id):
     return {r.table: r for r in df.where(df.run_id == run_id).collect()}
 
 
-def test_a_redelivered_hour_is_rebuilt_in_every_table_and_later_files_are_read_once(spark, lake):
+def test_a_redelivered_hour_is_rebuilt_in_every_table_and_later_files_are_read_once(spark, lake, backend):
+    """On both backends: on the engine the slices are read and replaced through the run's Connect session."""
     activity_files(landing(lake), 4 * FILES_PER_HOUR, 60, duplicates=0.05, malformed=0.02, seed=1)
-    assert runner.main(["activity", "--run-id", "first"]) == 0
+    backend.succeed("--run-id", "first")
     assert_matches_reference(spark, activity_reference(landing(lake)))
     outside = (
         read(spark, "silver.activity")
@@ -67,7 +68,7 @@ def test_a_redelivered_hour_is_rebuilt_in_every_table_and_later_files_are_read_o
     )
 
     redeliver_hour_1(lake, seed=7)
-    assert runner.main(["activity", "--reprocess", HOUR_1, "--run-id", "reprocess"]) == 0
+    backend.succeed("--reprocess", HOUR_1, "--run-id", "reprocess")
     assert_matches_reference(spark, activity_reference(landing(lake)))
     assert (
         read(spark, "silver.activity")
@@ -84,17 +85,17 @@ def test_a_redelivered_hour_is_rebuilt_in_every_table_and_later_files_are_read_o
     assert log["silver.activity"].rows_replaced > 0
 
     # The next scheduled run: nothing new (the re-delivered names were seen), then a new round read exactly once.
-    assert runner.main(["activity", "--run-id", "after"]) == 0
+    backend.succeed("--run-id", "after")
     assert event_log(spark, "after")["bronze.activity"].rows_in == 0
     activity_files(landing(lake), 2, 60, duplicates=0.05, malformed=0.02, seed=3, start_index=4 * FILES_PER_HOUR)
-    assert runner.main(["activity", "--run-id", "later"]) == 0
+    backend.succeed("--run-id", "later")
     assert event_log(spark, "later")["bronze.activity"].rows_in == 120
     assert_matches_reference(spark, activity_reference(landing(lake)))
 
     # The same reprocess again changes nothing a user reads (gold's means are compared with the reference's
     # tolerance: Spark sums a mean's values in no fixed order).
     before = {t: sorted(map(str, read(spark, t).drop("_ingested_at").collect())) for t in SLICED}
-    assert runner.main(["activity", "--reprocess", HOUR_1, "--run-id", "again"]) == 0
+    backend.succeed("--reprocess", HOUR_1, "--run-id", "again")
     assert {t: sorted(map(str, read(spark, t).drop("_ingested_at").collect())) for t in SLICED} == before
     assert_matches_reference(spark, activity_reference(landing(lake)))
     assert not pending_reprocess.pending("activity")

@@ -1,6 +1,9 @@
 """SIGKILL a real `millpond run --reprocess` at each of its commit points, then rerun (a reprocess, or a plain
 scheduled run, which finishes the unfinished reprocess first): every table equals the plain-Python reference over
-the landing files as they are now, and later files are ingested exactly once."""
+the landing files as they are now, and later files are ingested exactly once.
+
+Every killed run is a process of its own; so is the first case's rerun, which recovers from its kills. The runs that
+set the lake up, and the later cases' reruns, run on the test worker's session."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
 from millpond.lake import pending_reprocess
 from tests.support.lake_tables import assert_matches_reference
 from tests.support.reference import activity_reference
-from tests.support.stress import assert_nothing_left, start_run
+from tests.support.stress import assert_nothing_left, run_in_process, start_run
 
 pytestmark = pytest.mark.integration
 
@@ -51,16 +54,19 @@ def test_killed_reprocesses_rerun_equal_the_reference(spark, lake):
     also holds that the killed runs and the rerun ingested the new file exactly once."""
     landing = lake / "landing" / "activity"
     activity_files(landing, 4 * FILES_PER_HOUR, 50, duplicates=0.05, malformed=0.02, seed=1)
-    run(lake, args=())
+    run_in_process()
     for case, (faults, rerun) in enumerate(CASES):
         redeliver_hour_1(landing, seed=5 + case)
         activity_files(landing, 1, 50, seed=20 + case, start_index=4 * FILES_PER_HOUR + case)
         for fault in faults:
             run(lake, fault)
         assert pending_reprocess.pending("activity"), faults  # recorded before the first replacement
-        run(lake, args=rerun)
+        if case == 0:
+            run(lake, args=rerun)
+        else:
+            run_in_process(*rerun)
         assert_matches_reference(spark, activity_reference(landing))
         assert not pending_reprocess.pending("activity"), faults
     activity_files(landing, 2, 50, seed=9, start_index=4 * FILES_PER_HOUR + len(CASES))
-    run(lake, args=())
+    run_in_process()
     assert_matches_reference(spark, activity_reference(landing))

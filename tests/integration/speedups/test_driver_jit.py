@@ -14,7 +14,7 @@ from millpond.engine import driver_jit, runner
 from millpond.lake import paths
 from millpond.spec import SpecError, load_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = pytest.mark.integration
 
 BRONZE, SILVER, GOLD = "bronze.activity", "silver.activity", "gold.device_counts"
 

@@ -1,8 +1,8 @@
 """The report pages the millpond Airflow plugin serves, through Airflow's real auth manager and JWTs (no API server).
 
 The sub-app is mounted at the same prefix the API server uses; tokens come from the configured auth manager
-(SimpleAuthManager), exactly as `POST /auth/token` makes them. tests/integration/airflow/test_airflow_up.py checks the
-same against a running Airflow, tests/integration/quality_gate/test_dag_gate.py the link a real gate run stores.
+(SimpleAuthManager), exactly as `POST /auth/token` makes them. tests/integration/airflow/test_make_up.py checks the
+same against a running Airflow, tests/integration/airflow/test_dag_runs.py the link a real gate run stores.
 """
 
 from __future__ import annotations
