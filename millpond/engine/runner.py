@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
         unset = environment_problems(pipeline, tables)  # `${KAFKA_BOOTSTRAP}`-style settings
         if unset:
             raise SpecError(unset)
-        plan = reprocess_plan(pipeline, tables, args)
+        requested = requested_reprocess(pipeline, tables, args)
         driver_jit.forced_mode()  # a bad MILLPOND_DRIVER_JIT is an error before the lock and the JVM
         speedups.check_settings()
     except SpecError as exc:
@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     try:
         with pipeline_lock(pipeline.name, run_id, args.wait):
             try:
+                plan = reprocess_plan(pipeline, tables, requested)
                 code = _run_locked(pipeline, tables, refresh, args, run_id, spark_allowed, plan)
             finally:  # an engine session's queries stop before the lock is free (SIGTERM comes through here)
                 if "millpond.engine.session" in sys.modules:
@@ -163,25 +164,37 @@ def main(argv: list[str] | None = None, spark_allowed: bool = True) -> int:
     except SettingError as exc:  # something of this run needs the lake on a folder (millpond.lake.paths.on_disk)
         print(f"millpond: {exc}", file=sys.stderr)
         return 2
+    except SpecError as exc:  # an unfinished reprocess the spec, changed since, can no longer rebuild
+        print(f"millpond: invalid spec or arguments:\n{exc}", file=sys.stderr)
+        return 2
     return code
 
 
-def reprocess_plan(pipeline: Pipeline, tables: list[str], args: argparse.Namespace) -> ReprocessPlan | None:
-    """The run's reprocess plan (None without --reprocess); a table that cannot be rebuilt by interval is a
-    SpecError, before the lock and the JVM. (An interval a watermark has not closed is refused later, once the
-    slices show whether it holds rows: millpond.engine.reprocess.)"""
+def requested_reprocess(pipeline: Pipeline, tables: list[str], args: argparse.Namespace) -> ReprocessPlan | None:
+    """--reprocess's plan, checked before the lock and the JVM (None without it): a table that cannot be rebuilt by
+    interval is a SpecError. (An interval a watermark has not closed is refused later, once the slices show whether
+    it holds rows: millpond.engine.reprocess.)"""
     if not args.reprocess or args.reprocess.lower() == "none":
-        return unfinished_reprocess(pipeline, tables)
+        return None
     interval = parse_interval(args.reprocess)
     if args.full_refresh:
         raise SpecError(["--reprocess and --full-refresh: choose one (a full refresh already rebuilds every interval)"])
-    plan = plan_reprocess(pipeline, tables, interval)
-    if not plan.slices and not set(plan.rebuilds) & pending_reprocess.owed(pipeline.name):
+    return plan_reprocess(pipeline, tables, interval)
+
+
+def reprocess_plan(pipeline: Pipeline, tables: list[str], requested: ReprocessPlan | None) -> ReprocessPlan | None:
+    """The run's reprocess plan, decided under the pipeline's lock: the pending record (millpond.lake.pending_reprocess)
+    is the lock holder's to change, so a run that queued behind another (--wait) reads it only once that run is done,
+    as it left it."""
+    if requested is None:
+        return unfinished_reprocess(pipeline, tables)
+    if not requested.slices and not set(requested.rebuilds) & pending_reprocess.owed(pipeline.name):
         # Only complete-mode tables (Airflow's gold task), none owed: the interval changed nothing upstream of them,
         # so they already equal a from-scratch computation; a plain run (maybe without a JVM) keeps them so.
-        print(f"millpond: reprocess {interval.text}: no slice upstream changed; a plain run of {', '.join(tables)}")
+        names = ", ".join(tables)
+        print(f"millpond: reprocess {requested.interval.text}: no slice upstream changed; a plain run of {names}")
         return None
-    return plan
+    return requested
 
 
 def unfinished_reprocess(pipeline: Pipeline, tables: list[str]) -> ReprocessPlan | None:

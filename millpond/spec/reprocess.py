@@ -55,7 +55,11 @@ class Interval:
 
 
 def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The instant as the pending record and commit notes keep it: whole seconds as `...:00Z`, and a fraction of a
+    second kept to the microsecond, so that parse_interval gives back the very same interval (a truncated
+    sub-second interval would read back as empty and be refused on every later run)."""
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S" + (".%fZ" if utc.microsecond else "Z"))
 
 
 def parse_interval(text: str) -> Interval:

@@ -14,6 +14,7 @@ from millpond.dev.sample_data import ACTIVITY_EPOCH, SECONDS_PER_FILE, activity_
 from millpond.engine import runner
 from millpond.lake import paths, pending_reprocess
 from millpond.lake.delta_log import latest_version
+from millpond.spec.reprocess import parse_interval
 from tests.support.lake_tables import assert_matches_reference, read
 from tests.support.reference import activity_reference
 
@@ -127,6 +128,16 @@ def test_the_gate_applies_to_the_slice_and_an_open_interval_is_refused(spark, la
     assert runner.main(["activity", "--reprocess", "2026-10-31T00:00:00Z/2026-10-31T01:00:00Z"]) == 0
     assert {t: latest_version(paths.table_path(t)) for t in tables} == before
     assert not pending_reprocess.pending("activity")
+
+    # A sub-second reprocess that a crash left owing gold: the next ordinary run reads the interval back as it was
+    # given and finishes it (its bounds were once cut to whole seconds, read back as empty, and every run exited 2).
+    sub_second = parse_interval("2026-11-01T00:30:00.250Z/2026-11-01T00:30:00.750Z")
+    pending_reprocess.begin("activity", sub_second.text, ["gold.device_counts"])
+    capsys.readouterr()
+    assert runner.main(["activity", "--run-id", "after-sub-second"]) == 0
+    assert f"finishing the reprocess of {sub_second.text} for gold.device_counts first" in capsys.readouterr().out
+    assert not pending_reprocess.pending("activity")
+    assert_matches_reference(spark, activity_reference(landing(lake)))
 
     # Hour 0 re-delivered with two recordings out of range: the suite's `drop` rule sets them aside...
     file = landing(lake) / "activity-000003.json"

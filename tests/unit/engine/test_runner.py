@@ -18,3 +18,34 @@ def test_without_a_broker_address_a_run_stops_before_spark_naming_the_variable(l
     assert "sources.device_events.bootstrap_servers: environment variable MILLPOND_KAFKA_BOOTSTRAP is not set" in err
     assert "Fix: export MILLPOND_KAFKA_BOOTSTRAP=host:port" in err
     assert not (lake / "_system").exists()  # before the lock: nothing written
+
+
+def test_a_run_queued_behind_another_reads_the_pending_reprocess_as_that_run_left_it(lake, monkeypatch, capsys):
+    """The pending-reprocess record is the lock holder's to change: a run waiting for the lock (--wait) must decide
+    what it owes only once it holds the lock. Here the holder leaves an unfinished reprocess of gold behind; the
+    queued run has to finish it first, where a run that read the record before queueing saw nothing owed and kept
+    gold stale."""
+    import threading
+
+    from millpond.lake import lock, pending_reprocess
+
+    hour = "2026-11-01T02:00:00Z/2026-11-01T03:00:00Z"
+    queued = threading.Event()
+    flock_within = lock.flock_within
+
+    def waiting(handle, wait_seconds, poll_seconds):
+        queued.set()  # the queued run asks for the lock the holder has
+        return flock_within(handle, wait_seconds, poll_seconds)
+
+    codes: list[int] = []
+    with lock.pipeline_lock("activity", "holder"):
+        monkeypatch.setattr(lock, "flock_within", waiting)
+        queued_run = threading.Thread(
+            target=lambda: codes.append(runner.main(["activity", "--wait", "60"], spark_allowed=False))
+        )
+        queued_run.start()
+        assert queued.wait(60), "the queued run never asked for the lock"
+        pending_reprocess.begin("activity", hour, ["gold.device_counts"])  # the holder stops short of gold
+    queued_run.join(60)
+    assert codes == [runner.NEEDS_SPARK]  # it owes gold's rebuild, so it needs Spark, not an idle run
+    assert f"finishing the reprocess of {hour} for gold.device_counts first" in capsys.readouterr().out

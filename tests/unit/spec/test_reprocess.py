@@ -35,6 +35,23 @@ def test_an_interval_is_two_iso_instants_in_order_and_a_bare_one_is_utc():
             parse_interval(bad)
 
 
+def test_an_intervals_text_reads_back_as_the_same_interval_to_the_microsecond():
+    """The pending record keeps the interval as text; a later run parses it again (a truncated sub-second interval
+    read back as start == end, refused, and every later run exited 2)."""
+    for text in (
+        "2026-11-01T02:00:00.250Z/2026-11-01T02:00:00.750Z",
+        "2026-11-01T02:00:00.000001Z/2026-11-01T02:00:01Z",
+        "2026-11-01T02:59:59.999999+01:00/2026-11-01T03:00:00+01:00",
+        HOUR,
+    ):
+        interval = parse_interval(text)
+        assert parse_interval(interval.text) == interval
+    assert parse_interval(HOUR).text == HOUR
+    assert parse_interval("2026-11-01T02:00:00.25Z/2026-11-01T03:00:00Z").text == (
+        "2026-11-01T02:00:00.250000Z/2026-11-01T03:00:00Z"
+    )
+
+
 def test_a_layout_maps_an_interval_to_its_folders():
     hour = parse_interval(HOUR)
     assert layout_folders("date=YYYY-MM-DD/hour=HH", hour) == ["date=2026-11-01/hour=02"]
