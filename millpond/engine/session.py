@@ -114,13 +114,12 @@ def _build_jvm_session(
         builder = builder.config("spark.jars", ",".join(shipped))
         builder = builder.config("spark.ui.enabled", settings.SPARK_UI.value())
         builder = builder.config("spark.driver.memory", settings.DRIVER_MEMORY.value())
-        archive = class_archive.driver_options(lake_launch.get("spark.driver.extraClassPath", ""))
-        if "ArchiveClassesAtExit" in driver_java_options:  # building the archive itself
-            archive = ""
+        launch = {**lake_launch, **(launch_conf or {})}
+        archive = class_archive.driver_options(launch.get("spark.driver.extraClassPath", ""))
         java_options = " ".join(filter(None, [driver_java_options, archive]))
         if java_options:
             builder = builder.config("spark.driver.extraJavaOptions", java_options)
-        for key, value in {**lake_launch, **(launch_conf or {})}.items():
+        for key, value in launch.items():
             builder = builder.config(key, value)
     for key, value in {**base_conf(), **s3a.session_conf()}.items():
         builder = builder.config(key, value)

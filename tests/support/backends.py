@@ -20,6 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.support.airflow_run import wait_for
 from tests.support.stress import MILLPOND
 
 # What a process holding a Connect session (or the test-engine mode) leaves in the environment, which would send a
@@ -109,7 +110,7 @@ class OnEngine(OwnJvm):
         run gone (millpond.engine.connect_batch): wait until the engine has ended every streaming query it started
         (its log says so), so that whatever a test then reads is all the dead run will ever have committed."""
         time.sleep(2)  # a start request already sent by the run reaches the server's log
-        assert wait_until(lambda: not running_queries(self.log), timeout=180), (
+        assert wait_for(lambda: not running_queries(self.log), timeout=180, interval=0.25), (
             f"the engine still runs queries of a dead run: {running_queries(self.log)}"
         )
 
@@ -128,15 +129,6 @@ def running_queries(log: Path) -> set[str]:
     text = log.read_text(errors="replace")
     ended = {a or b for a, b in ENDED.findall(text)}
     return set(STARTED.findall(text)) - ended
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.25) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
 
 
 def _in_process(call) -> tuple[int, str, str]:
