@@ -16,11 +16,11 @@ its own: its `foreachBatch` sinks run in a Python worker of the server, not in t
   pipeline lock waits for it, so a commit that passed its check never lands beside the next run's.
 - **On an object-store lake** the run holds the pipeline's lease in the bucket (millpond.lake.lease), not a
   `flock`: before every commit the worker reads the lease and commits only if it still carries the run's generation
-  and was renewed less than half its time ago (a live run renews it every third). A killed run stops renewing, so
-  its batches stop within half the lease's time; a batch that passed its check has the other half, less a second
-  (store clocks count whole seconds), for its whole write before anyone could take the lease over. The commit lock
-  is then a file in the engine's own local folder (millpond.lake.paths.engine_dir, found by the worker, not sent by
-  the run), and the batches report in the bucket.
+  and holder (run id, process, the taking's id) and was renewed less than half its time ago (a live run renews it
+  every third). A killed run stops renewing, so its batches stop within half the lease's time; a batch that passed
+  its check has the other half, less a second (store clocks count whole seconds), for its whole write before anyone
+  could take the lease over. The commit lock is then a file in the engine's own local folder
+  (millpond.lake.paths.engine_dir, found by the worker, not sent by the run), and the batches report in the bucket.
 - **Faults.** A fault point (millpond.engine.faults) reached in the worker kills the run's process, the one
   holding the lock, as a crash of the run would; the batch then goes on and must stop at its next commit.
 """
@@ -74,6 +74,7 @@ class RunGuard:
     lease_url: str = ""  # an object-store lake: the run's lease and its generation
     generation: int = 0
     pipeline: str = ""
+    holding: str = ""  # the run's taking of its lease (millpond.lake.lease.PipelineLease.holding)
 
     def check(self) -> None:
         """Return if the run still holds the lock, else raise WriterGone. From the first check of a batch to its
@@ -107,10 +108,10 @@ class RunGuard:
         )
 
     def _check_lease(self) -> None:
-        """The run's lease still carries its generation, and the run renewed it less than half its time ago."""
+        """The run's lease is held by this run's taking of it, and the run renewed it less than half its time ago."""
         seen = lease.observe(self.lease_url)
         record = seen.record if seen is not None else None
-        if seen is None or record is None or record.generation != self.generation or record.state != lease.HELD:
+        if seen is None or record is None or not self._holds(record):
             holder = f"{record.state} by {record.holder()}, generation {record.generation}" if record else "gone"
             raise WriterGone(
                 f"run {self.run_id} no longer holds its lease {self.lease_url} (generation {self.generation}; it is "
@@ -122,6 +123,19 @@ class RunGuard:
                 f"run renews it every {record.ttl_seconds / 3:.0f} s): it is gone or cut off from the store, so its "
                 "batch is not committed; the next run replays it"
             )
+
+    def _holds(self, record: lease.LeaseRecord) -> bool:
+        """The record is this run's holding: its generation and every mark of its holder (run id, process, and the
+        taking's id when the guard knows it). A generation alone is a number anyone may write again: a lease object
+        deleted and taken anew counts from 1, and a record forged with the run's generation names another holder."""
+        same_taking = not self.holding or record.holding == self.holding
+        return (
+            record.state == lease.HELD
+            and record.generation == self.generation
+            and record.run_id == self.run_id
+            and record.pid == self.client_pid
+            and same_taking
+        )
 
     def _hold_commit_lock(self) -> None:
         global _commit_lock
@@ -276,5 +290,5 @@ def guard_for(pipeline: str, run_id: str) -> RunGuard:
         raise RuntimeError(f"the pipeline lock of {pipeline!r} holds no token: take it first (millpond.lake.lock)")
     held = lease.held(pipeline)
     if held is not None and held.generation is not None:  # the worker finds its commit lock in the engine's folder
-        return RunGuard("", "", holding, run_id, os.getpid(), held.url, held.generation, pipeline)
+        return RunGuard("", "", holding, run_id, os.getpid(), held.url, held.generation, pipeline, held.holding)
     return RunGuard(str(paths.lock_path(pipeline)), str(paths.commit_lock_path(pipeline)), holding, run_id, os.getpid())

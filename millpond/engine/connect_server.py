@@ -8,9 +8,12 @@ each in a Connect session of its own (millpond.engine.connect_batch has what run
 Safety:
 - the server listens on 127.0.0.1 only (`spark.connect.grpc.binding.address`) and wants a token generated at
   start (given to the server through its environment, never on a command line `ps` shows);
-- the state file (pid, port, token, code fingerprint) lives in the lake's `_system/engine/` (an object-store
-  lake: a local folder of the user, millpond.lake.paths.engine_dir), a folder only its owner may open; a state
-  file another user owns or others may read is refused, not trusted;
+- Spark's own ports (the driver's RPC, the block manager) want Spark's authentication too (`spark.authenticate`,
+  `_spark_transport_conf`), and the web UI, which has none, is off (`_ui_conf`);
+- the state file (pid, port, token, code fingerprint, the machine it runs on) lives in the lake's `_system/engine/`
+  (an object-store lake: a local folder of the user, millpond.lake.paths.engine_dir), a folder only its owner may
+  open; a state file another user owns, others may read, that is a symlink, or that records another machine's
+  engine is refused, not trusted;
 - the code the server runs is fingerprinted at start (millpond's files, the project's transform packages, the
   jars, the versions of pyspark, Delta, GX and their friends) and carried in the server's own conf
   (`spark.millpond.fingerprint`): a run whose code differs refuses, naming the restart to do. The run does not
@@ -21,6 +24,7 @@ This module imports no pyspark: `status` and `stop` answer in well under a secon
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -72,6 +76,7 @@ class EngineState:
     parts: dict[str, str]
     started_at: str
     log: str
+    machine: str = ""  # the host it runs on: a lake on a shared folder is seen by several ("" = written before)
 
     @property
     def remote(self) -> str:
@@ -180,30 +185,79 @@ def _hash_transforms(pipeline: Pipeline | None) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------------ state file
 def read_state(lake: LakePath | None = None) -> EngineState | None:
-    """The engine's state file, or None; refused (EngineError) when another user owns it or others may read it."""
+    """The engine's state file, or None. Refused (EngineError) when it is a symlink (opened with O_NOFOLLOW: one
+    planted by another user is not followed), when another user owns it or others may read it, when its folder is
+    not this user's own, or when it records an engine of another machine (a lake on a shared folder)."""
     path = state_path(lake)
+    _check_folder(path.parent)
     try:
-        info = path.stat()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
-    if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise EngineError(
+                f"{path} is a symlink: not followed (the engine's state file holds its token, and a link may lead "
+                "anywhere another user chose). Fix: remove it, then `millpond engine start` as the user running "
+                "millpond"
+            ) from None
+        raise
+    with os.fdopen(fd) as handle:
+        _check_owned(os.fstat(handle.fileno()), path, private=True)
+        data = json.load(handle)
+    state = EngineState(**{k: data[k] for k in EngineState.__dataclass_fields__ if k in data})
+    _check_this_machine(state, path)
+    return state
+
+
+def _check_owned(info: os.stat_result, path: Path, private: bool) -> None:
+    """Refuse what another user owns, or (`private`) what others may read or write."""
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid != os.getuid() or (private and mode & 0o077):
         raise EngineError(
-            f"{path} is owned by uid {info.st_uid} with mode {stat.S_IMODE(info.st_mode):o}: not trusted (it holds "
-            "the engine's token). Fix: remove it, then `millpond engine start` as the user running millpond"
+            f"{path} is owned by uid {info.st_uid} with mode {mode:o}: not trusted (it holds the engine's token). "
+            "Fix: remove it, then `millpond engine start` as the user running millpond"
         )
-    data = json.loads(path.read_text())
-    return EngineState(**{k: data[k] for k in EngineState.__dataclass_fields__})
+
+
+def _check_folder(folder: Path) -> None:
+    """The engine's folder is this user's own and no symlink: whoever may write in it may plant its state file."""
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise EngineError(
+            f"the engine's folder {folder} is a symlink: not followed. Fix: remove it, then `millpond engine start`"
+        )
+    _check_owned(info, folder, private=False)
+
+
+def _check_this_machine(state: EngineState, path: Path) -> None:
+    """A state another machine wrote names a pid and a 127.0.0.1 port of that machine: here they would be another
+    process, so it is refused rather than taken for this machine's engine (a lake on a folder several hosts mount)."""
+    here = _machine()
+    if state.machine and state.machine != here:
+        raise EngineError(
+            f"{path} records the engine of machine {state.machine!r} (pid {state.pid}, port {state.port} there), "
+            f"not of this one ({here!r}): one engine per lake, run on one machine. Fix: use that engine from "
+            f"{state.machine} (or set {REMOTE_ENV} to reach it), or stop it there (`millpond engine stop` on "
+            f"{state.machine}) before starting one here. If this machine was only renamed, check that pid "
+            f"{state.pid} here is the engine, stop it, and remove {path}"
+        )
 
 
 def _write_state(state: EngineState, lake: LakePath) -> None:
     folder = paths.engine_dir(lake)
     folder.mkdir(parents=True, exist_ok=True)
+    _check_folder(folder)
     os.chmod(folder, 0o700)
     tmp = folder / f".engine.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump(state.__dict__, handle, indent=2)
-    os.replace(tmp, state_path(lake))
+    os.replace(tmp, state_path(lake))  # replaces a symlink itself, never what it points to
 
 
 # ------------------------------------------------------------------------------------------------ process
@@ -231,11 +285,18 @@ def _free_port(host: str) -> int:
 
 
 def server_command(
-    master: str, host: str, port: int, fingerprint: str, transforms: dict[str, str] | None = None
+    master: str,
+    host: str,
+    port: int,
+    fingerprint: str,
+    transforms: dict[str, str] | None = None,
+    token: bool = True,
 ) -> list[str]:
     """spark-submit of the Connect server with millpond's jars and confs (those session.build_spark_session sets),
     and on an object-store lake the s3a jars and settings (never a credential: the server's batches reach the bucket
-    with the AWS_* variables of the environment it was started in)."""
+    with the AWS_* variables of the environment it was started in). With `token`, Spark's own ports and its UI are
+    closed too (`_spark_transport_conf`, `_ui_conf`); without (a private container network) they stay as Spark's
+    defaults, as the Connect port does."""
     from millpond.engine import class_archive, jars, s3a
     from millpond.engine.session import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 
@@ -249,7 +310,8 @@ def server_command(
         **s3a.session_conf(),
         **lake_launch,
         "spark.jars": ",".join(shipped),
-        "spark.ui.enabled": settings.SPARK_UI.value(),
+        **_ui_conf(token),
+        **(_spark_transport_conf(master) if token else {}),
         "spark.driver.memory": settings.DRIVER_MEMORY.value(),
         "spark.sql.shuffle.partitions": "2",
         "spark.connect.grpc.binding.address": host,
@@ -267,6 +329,38 @@ def server_command(
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     return [*command, "spark-internal"]
+
+
+def _spark_transport_conf(master: str) -> dict[str, str]:
+    """Spark's authentication on the driver's RPC and block manager ports, which the Connect token does not cover:
+    any local user could otherwise send them RPCs.
+
+    On a local master Spark 4.2 makes the secret itself, in the JVM, at start (SecurityManager.initializeAuth
+    generates one for `local[...]`, `yarn` and k8s when no `spark.authenticate.secret.*.file` is set): it never
+    leaves the process, so no command line, environment or file holds it, and nothing else needs it (the executors
+    are the same JVM; Python workers have their own per-worker secret). `spark.network.crypto.enabled` chooses
+    Spark's AES-based handshake over SASL DIGEST-MD5, with no SASL fallback; the cost is nil on a local master,
+    whose driver and executors talk in-process. A cluster master (`spark://...`) wants the cluster's shared secret
+    in `spark.authenticate.secret`, which its operators set in spark-defaults.conf on every node: millpond leaves it
+    to them. Known gap (Spark 4.2): the driver's file server answers a StreamRequest before authentication, so a
+    local user who knows a file's name can still fetch what the application shipped (`spark.jars`, public jars)."""
+    if not master.startswith("local"):
+        return {}
+    return {
+        "spark.authenticate": "true",
+        "spark.network.crypto.enabled": "true",
+        "spark.network.crypto.saslFallback": "false",
+    }
+
+
+def _ui_conf(token: bool) -> dict[str, str]:
+    """The web UI is off on an engine with a token, whatever MILLPOND_SPARK_UI says: Spark's UI has no
+    authentication of its own (it trusts a servlet filter the deployment supplies), so every local user could read
+    every run's plans, paths and settings and kill its jobs. Off is what a shared engine can defend; a bound-to-
+    loopback UI is not (other users share loopback). The event log (`spark.eventLog.*` in spark-defaults.conf) and
+    a history server give the same pages afterwards; a run in a JVM of its own still honours MILLPOND_SPARK_UI.
+    Without a token (a private container network) the setting applies."""
+    return {"spark.ui.enabled": "false" if token else settings.SPARK_UI.value()}
 
 
 def server_environment(token: str) -> dict[str, str]:
@@ -309,10 +403,18 @@ def start(
     port = port or _free_port(host)
     log = log_path(lake)
     paths.engine_dir(lake).mkdir(parents=True, exist_ok=True, mode=0o700)
+    _check_folder(paths.engine_dir(lake))  # before its mode is set and its log opened: both follow a symlink
     os.chmod(paths.engine_dir(lake), 0o700)
-    command = server_command(master or settings.SPARK_MASTER.value(), host, port, fingerprint, transform_parts(parts))
+    master = master or settings.SPARK_MASTER.value()
+    command = server_command(master, host, port, fingerprint, transform_parts(parts), token)
+    if token and settings.SPARK_UI.value().lower() == "true":
+        print(
+            f"millpond: {settings.SPARK_UI.name}=true is not honoured by an engine with a token: Spark's UI has no "
+            "authentication (docs/engine.md)",
+            file=sys.stderr,
+        )
     if foreground:  # spark-submit execs the JVM: this pid becomes the server's
-        _write_state(EngineState(os.getpid(), port, host, secret, fingerprint, parts, _now(), "-"), lake)
+        _write_state(EngineState(os.getpid(), port, host, secret, fingerprint, parts, _now(), "-", _machine()), lake)
         os.execve(command[0], command, server_environment(secret))
     with open(log, "ab") as out:
         process = subprocess.Popen(
@@ -323,7 +425,7 @@ def start(
             env=server_environment(secret),
             start_new_session=True,  # its own process group: stop() ends the JVM and its Python workers together
         )
-    state = EngineState(process.pid, port, host, secret, fingerprint, parts, _now(), str(log))
+    state = EngineState(process.pid, port, host, secret, fingerprint, parts, _now(), str(log), _machine())
     _write_state(state, lake)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not _port_open(host, port):
@@ -406,6 +508,10 @@ def stale_message(server: str | None, ours: str, server_parts: dict[str, str], o
         f"the engine at {REMOTE_ENV} runs other code than this run (engine {server}, this run {ours}){what}: it "
         f"would run stale code, so this run refuses. Fix: `{RESTART}`, then set {REMOTE_ENV} to the value it prints"
     )
+
+
+def _machine() -> str:
+    return socket.gethostname()
 
 
 def _now() -> str:

@@ -65,6 +65,7 @@ class LeaseRecord:
     since: str
     ttl_seconds: float
     nonce: str  # new on every write, so every write has a new ETag
+    holding: str = ""  # the taking's own id (PipelineLease.holding): "" in a record written before it was kept
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -73,7 +74,7 @@ class LeaseRecord:
     def from_json(cls, body: bytes) -> LeaseRecord | None:
         try:
             data = json.loads(body)
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+            return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data or name != "holding"})
         except (ValueError, TypeError, KeyError):
             return None  # not a lease millpond wrote: treated as lapsed, replaced only by a conditional write
 
@@ -256,6 +257,7 @@ class PipelineLease:
             since=since,
             ttl_seconds=self.ttl_seconds,
             nonce=uuid.uuid4().hex,
+            holding=self.holding,
         )
 
     def _put(self, record: LeaseRecord, condition: dict[str, str]) -> str:

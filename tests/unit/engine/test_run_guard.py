@@ -1,10 +1,13 @@
 """The guard a run's batches on the engine commit under (millpond.engine.connect_batch): a batch commits only while
-its run's holding of the pipeline lock lasts, and a new holder waits for a batch that is still committing.
+its run's holding of the pipeline lock (or, on an object-store lake, its lease) lasts, and a new holder waits for a
+batch that is still committing.
 
-The batch is played by this process (the guard needs no Spark); the runs holding the lock are real processes."""
+The batch is played by this process (the guard needs no Spark); the runs holding the lock are real processes; the
+lease is read as the store would answer (its object against a real store: tests/integration/object_store/)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -15,7 +18,7 @@ import pytest
 
 from millpond.engine import connect_batch
 from millpond.engine.connect_batch import RunGuard, WriterGone
-from millpond.lake import paths
+from millpond.lake import lease, paths
 from millpond.lake.lock import holder_token, pipeline_lock
 
 pytestmark = pytest.mark.unit
@@ -110,3 +113,33 @@ def test_a_server_without_a_token_is_refused_outside_a_container(lake):
 
     assert cli.main(["engine", "start", "--no-token"]) == 2
     assert not paths.system_path("engine").exists()  # nothing started
+
+
+LEASE_URL = "s3a://bucket/lake/_system/locks/activity.lease"
+
+
+def lease_as_stored(**changes) -> lease.Observed:
+    """The run's lease as the store returns it, renewed a second ago, with `changes` to its record."""
+    record = lease.LeaseRecord(
+        "activity", 3, lease.HELD, "run-1", 4242, "host-a", "2026-01-01T00:00:00+00:00", 60.0, "n"
+    )
+    return lease.Observed(dataclasses.replace(record, **changes), '"etag"', 1.0)
+
+
+@pytest.mark.parametrize(
+    "holder", [{"run_id": "run-2"}, {"pid": 4343}, {"holding": "another-taking"}], ids=["run", "process", "taking"]
+)
+def test_a_lease_of_the_runs_generation_held_by_another_holder_stops_the_commit(lake, monkeypatch, holder):
+    """A lease object deleted and taken anew counts generations from 1 again, and anyone who can write the bucket
+    can write a record with the run's generation: the generation alone does not make the record the run's."""
+    batch = RunGuard("", "", "activity.g3.mine", "run-1", 4242, LEASE_URL, 3, "activity")
+    if "holding" in holder:
+        batch = dataclasses.replace(batch, holding="mine")
+    mine = {"holding": "mine"} if "holding" in holder else {}
+    monkeypatch.setattr(lease, "observe", lambda url: lease_as_stored(**mine))
+    batch.check()  # its own holder: it may commit
+    batch.release()
+    monkeypatch.setattr(lease, "observe", lambda url: lease_as_stored(**{**mine, **holder}))
+    with pytest.raises(WriterGone, match="no longer holds its lease .* generation 3"):
+        batch.check()
+    batch.release()

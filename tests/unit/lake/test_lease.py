@@ -19,6 +19,15 @@ def test_a_record_reads_back_as_written_and_names_its_holder():
     assert record().holder() == "run run-1 pid 42 on host-a since 2026-01-01T00:00:00+00:00"
 
 
+def test_a_record_written_before_the_taking_id_was_kept_still_reads():
+    """Read as no record, a live lease would count as free and its generation start again from 1."""
+    import json
+
+    old = {k: v for k, v in json.loads(record().to_json()).items() if k != "holding"}
+    assert LeaseRecord.from_json(json.dumps(old).encode()) == record()
+    assert LeaseRecord.from_json(record().to_json()).holding == ""
+
+
 @pytest.mark.parametrize("body", [b"", b"not json", b"{}", b'{"pipeline": "activity"}'])
 def test_an_object_millpond_did_not_write_counts_as_no_record(body):
     assert LeaseRecord.from_json(body) is None
