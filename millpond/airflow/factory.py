@@ -118,6 +118,13 @@ def build_dag(pipeline: Pipeline, module_doc: str = "", reprocessing: bool = Fal
                 description="Rebuild the rows whose event time lies in this run's data interval from the landing "
                 "files as they are now, after draining what is new. Empty: " + "yes for a backfill run, no otherwise.",
             ),
+            "allow_missing_files": Param(
+                False,
+                type="boolean",
+                title="Allow missing landing files",
+                description="When reprocessing: landing files of the interval gone since they were read are gone "
+                "for good, so their rows are removed too. Off: such a reprocess fails, naming the files.",
+            ),
         },
         render_template_as_native_obj=False,
         # The DAG file's globals are the one list of DAGs: a DAG Airflow refuses (build_all) must not reach the

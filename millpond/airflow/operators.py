@@ -112,7 +112,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
 
     def execute(self, context: Any) -> None:
         interval = reprocess_interval(context)
-        self.application_args = [*self.application_args, "--reprocess", interval or "none"]
+        self.application_args = [*self.application_args, *reprocess_args(context, interval)]
         if interval:
             self.log.info("Reprocessing the data interval %s (docs/reprocess.md)", interval)
         with lake_access() as access:  # an object-store lake's AWS_* from the Airflow connection (spark_app)
@@ -236,6 +236,13 @@ class MillpondSparkSubmitOperator(BaseOperator):
                 run.wait(timeout=4)
             except subprocess.TimeoutExpired:
                 run.kill()
+
+
+def reprocess_args(context: Any, interval: str | None) -> list[str]:
+    """The runner's reprocess arguments: the interval (or `none`), and `--allow-missing-files` when the run's
+    `allow_missing_files` param says its landing files gone since they were read may take their rows with them."""
+    allowed = bool((context.get("params") or {}).get("allow_missing_files")) and interval is not None
+    return ["--reprocess", interval or "none", *(["--allow-missing-files"] if allowed else [])]
 
 
 def reprocess_interval(context: Any) -> str | None:

@@ -12,8 +12,9 @@ checkpoint, reading the upstream's snapshot). Here, in dependency order:
 3. each table gets ONE Delta commit replacing its slice (`replaceWhere`), and its quarantine one more.
 
 The live streams reading a table skip these commits (see _replace): a downstream table's own slice is replaced by
-this run, and reading the change again would count it twice. A rerun after a crash
-recomputes the same slices from the same files and replaces them again: idempotent by construction.
+this run, and reading the change again would count it twice. A rerun after a crash recomputes the same slices
+from the same files and replaces them again, under the same Delta transaction (Txn): a commit the crashed run still
+made (the engine finishes a write whose client was killed) is skipped by Delta, so no append form lands twice.
 """
 
 from __future__ import annotations
@@ -27,22 +28,46 @@ from pyspark.sql import functions as F
 
 from millpond.engine import sources
 from millpond.engine.faults import inject_fault
-from millpond.engine.plan import plan_table
+from millpond.engine.plan import apply_transform, plan_table
 from millpond.engine.streaming import TableFailed, gate_message
 from millpond.lake import checkpoints, lease, paths, pending_reprocess
 from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.object_store import S3Location, S3Path, landed_objects
 from millpond.lake.paths import LakePath
+from millpond.lake.system_tables import open_table
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table
-from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders
+from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders, transform_verdict
 
 # The reprocess's commits, as Delta's history shows them (`userMetadata`).
 COMMIT_NOTE = "millpond reprocess {interval} run {run_id}"
+# Delta's idempotent-write app id of an interval's reprocess commits (its version: pending_reprocess.begin).
+TXN_APP_ID = "millpond-reprocess:{interval}"
+
+
+def _committed_txn(path: LakePath, app_id: str) -> int:
+    """The table's committed transaction version for the app id, from its log by delta-rs (-1: none, or a log
+    delta-rs cannot read, where the version falls back to the clock)."""
+    try:
+        table = open_table(path)
+        version = table.transaction_version(app_id) if table is not None else None
+    except Exception:  # an unreadable log only loses the clock-skew guard; the commit itself checks again
+        return -1
+    return -1 if version is None else int(version)
+
+
+@dataclass(frozen=True)
+class Txn:
+    """Delta's `txnAppId`/`txnVersion` of one reprocess's commits: a second commit of the same slice (a crashed
+    run's write the engine finished, then the rerun's) is skipped by Delta, so an append form cannot land twice."""
+
+    app_id: str
+    version: int
 
 
 class Refused(RuntimeError):
-    """The interval is not closed by a stateful table's watermark and holds rows: nothing was replaced."""
+    """The slices cannot be rebuilt as asked (an interval a stateful table's watermark has not closed and that holds
+    rows, or a transform changing the event time): nothing was replaced."""
 
     def __init__(self, problems: list[str]):
         super().__init__("\n".join(problems))
@@ -104,12 +129,47 @@ def replace_slices(
         raise Refused(unclosed)
     # Owed: each changing slice, and every table reading one (its stream skips the replacement).
     lease.fence(pipeline.name)  # on object storage: still the pipeline's one writer (commit() checks each table)
-    pending_reprocess.begin(pipeline.name, interval.text, pipeline.downstream(list(changing)))
+    app_id = TXN_APP_ID.format(interval=interval.text)
+    committed = {t: _committed_txn(paths.table_path(t), app_id) for t in changing}
+    owed = pipeline.downstream(list(changing))
+    versions = pending_reprocess.begin(pipeline.name, interval.text, owed, committed, plan.allow_missing_files)
     for table_id, piece in changing.items():
-        commit(spark, pipeline.name, piece, interval, run, results[table_id])
+        commit(spark, pipeline.name, piece, interval, run, results[table_id], Txn(app_id, versions[table_id]))
         pending_reprocess.done(pipeline.name, interval.text, table_id)
     for table_id in plan.slices:  # a slice that did not change is as the reprocess wants it too
         pending_reprocess.done(pipeline.name, interval.text, table_id)
+
+
+def check_landing_files(spark: SparkSession, pipeline: Pipeline, plan: ReprocessPlan) -> None:
+    """Before the run drains anything: every landing slice's files are there, or the user allowed their loss.
+
+    Raises TableFailed naming the table, the interval and the files, so a refused reprocess writes nothing at all
+    (not even what is new). Without --allow-missing-files, a file gone from landing whose rows the slice would
+    replace stops the run; all of an interval's files gone stops it in any case (FilesGone).
+    """
+    for table_id, column in plan.slices.items():
+        table = pipeline.tables[table_id]
+        if not table.reads_landing:
+            continue
+        try:
+            _, gone = interval_files(checkpoints.seen_files(pipeline, table), *_landing_folders(pipeline, plan, table))
+            lost = _rows_held_from(spark, table, plan.interval.slice_sql(column), gone)
+            if lost and not plan.allow_missing_files:
+                _check_missing_allowed(table, plan, lost)
+        except Exception as exc:  # gone files, or the store or Spark failing to list or read: named, nothing written
+            result = TableResult(table_id, table.layer, datetime.now(UTC), ended_at=datetime.now(UTC))
+            result.reprocess_start, result.reprocess_end = plan.interval.start, plan.interval.end
+            result.outcome, result.error = "failed", f"reprocess of {plan.interval.text}: {_first_line(exc)}"
+            raise TableFailed(table_id, result.error, result) from exc
+
+
+def _landing_folders(pipeline: Pipeline, plan: ReprocessPlan, table: Table) -> tuple[LakePath, list[str]]:
+    """The landing folder of a landing table's source, and the interval's layout folders in it ([]: no layout)."""
+    source = plan.source_of(pipeline, table.id)
+    assert source is not None  # plan_reprocess: a landing table
+    root = paths.landing_path(source.path)
+    folders = [str(root / f) + "/" for f in layout_folders(source.layout, plan.interval)] if source.layout else []
+    return root, folders
 
 
 def landing_slice(
@@ -117,12 +177,13 @@ def landing_slice(
 ) -> Slice | None:
     """The interval's rows of a landing table from the files its stream has read, as they are now (None: the table
     does not exist and there is nothing to read)."""
-    source = plan.source_of(pipeline, table.id)
+    interval, source = plan.interval, plan.source_of(pipeline, table.id)
     assert source is not None  # plan_reprocess: a landing table
-    interval = plan.interval
-    root = paths.landing_path(source.path)
-    folders = [str(root / folder) + "/" for folder in layout_folders(source.layout, interval)] if source.layout else []
-    present = interval_files(checkpoints.seen_files(pipeline, table), root, folders)
+    root, folders = _landing_folders(pipeline, plan, table)
+    present, gone = interval_files(checkpoints.seen_files(pipeline, table), root, folders)
+    lost = _rows_held_from(spark, table, interval.slice_sql(column), gone)
+    if lost:  # checked before the drain too (check_landing_files); here for files removed since
+        _check_missing_allowed(table, plan, lost)
     in_interval = F.expr(interval.slice_sql(column))
     path = str(paths.table_path(table.id))
     if present:
@@ -147,15 +208,16 @@ def landing_slice(
     rows = rows.localCheckpoint(eager=True)  # fixed now: files may change before the commit
     bad = bad.localCheckpoint(eager=True) if bad is not None else None
     condition = interval.slice_sql(column)
-    quarantine_condition = None
+    read_now = _names(rows, sources.SOURCE_FILE) | (_names(bad, "source_file") if bad is not None else set())
     if folders:  # only the layout's folders were read: the rest of the interval's rows stay as they are
-        read_now = _names(rows, sources.SOURCE_FILE) | (_names(bad, "source_file") if bad is not None else set())
         files = _files_under(spark, path, sources.SOURCE_FILE, folders, F.expr(condition)) | read_now
         condition += " AND " + _in_list(sources.SOURCE_FILE, files)
-        quarantine = str(paths.quarantine_path(table.id))
-        held = _files_under(spark, quarantine, "source_file", folders) if delta_version(quarantine) >= 0 else set()
-        quarantine_condition = _in_list("source_file", held | read_now)
-    return Slice(table, rows, condition, bad, quarantine_condition, len(present))
+    # The quarantined lines of the files read now (a malformed line belongs to its file, not to an interval), and of
+    # the files gone from landing only when the user allowed their removal: else they stay as they are.
+    quarantine = str(paths.quarantine_path(table.id))
+    replaced = set(present) | (set(gone) if plan.allow_missing_files else set())
+    held = _files_among(spark, quarantine, "source_file", replaced) if delta_version(quarantine) >= 0 else set()
+    return Slice(table, rows, condition, bad, _in_list("source_file", held | read_now), len(present))
 
 
 class FilesGone(RuntimeError):
@@ -163,14 +225,19 @@ class FilesGone(RuntimeError):
     would replace the interval's rows with nothing."""
 
 
-def interval_files(seen: list[str], root: LakePath, folders: list[str]) -> list[str]:
-    """What a landing slice reads: the files the stream logged as read (`seen`, URIs as Spark wrote them) that lie in
-    the interval's layout folders (all of them without a layout) and that the landing folder holds now, as Spark
-    reads them (local paths, or `s3a://` URLs on the store: one listing per folder, no request per file).
+class FilesMissing(RuntimeError):
+    """Some files the interval's rows came from are no longer in landing: their rows would be deleted with the
+    slice, and a source that expired is no reason to delete data unless the user says so."""
 
-    A file removed since is left out, so its rows go with the slice. If the log names files and NONE of them is
-    found (the store unreachable as configured, the files moved, a wrong mapping of names), FilesGone names them:
-    replacing the interval's rows with nothing would lose them silently.
+
+def interval_files(seen: list[str], root: LakePath, folders: list[str]) -> tuple[list[str], list[str]]:
+    """(present, gone): of the files the stream logged as read (`seen`, URIs as Spark wrote them) that lie in the
+    interval's layout folders (all of them without a layout), those the landing folder holds now, as Spark reads them
+    (local paths, or `s3a://` URLs on the store: one listing per folder, no request per file), and those it does not.
+
+    If the log names files and NONE of them is found (the store unreachable as configured, the files moved, a wrong
+    mapping of names), FilesGone names them: replacing the interval's rows with nothing would lose them silently.
+    Some of them gone is for the caller to weigh (their rows, if any, would go with the slice).
     """
     wanted = sorted({f for f in map(paths.from_uri, seen) if not folders or f.startswith(tuple(folders))})
     if isinstance(root, S3Path):
@@ -180,13 +247,48 @@ def interval_files(seen: list[str], root: LakePath, folders: list[str]) -> list[
     else:
         present = [f for f in wanted if Path(f).is_file()]
     if wanted and not present:
-        names = ", ".join(wanted[:5]) + (f" and {len(wanted) - 5} more" if len(wanted) > 5 else "")
         raise FilesGone(
             f"the stream logged {len(wanted)} file(s) of the interval as read and {root} holds none of them now: "
-            f"{names}. Nothing was replaced. Fix: check that MILLPOND_LAKE (and on object storage the AWS_* "
+            f"{_some(wanted)}. Nothing was replaced. Fix: check that MILLPOND_LAKE (and on object storage the AWS_* "
             "variables) reach those files; if they were all removed on purpose, rebuild with --full-refresh"
         )
-    return present
+    kept = set(present)
+    return present, [f for f in wanted if f not in kept]
+
+
+def _rows_held_from(spark: SparkSession, table: Table, condition: str, gone: list[str]) -> dict[str, int]:
+    """Of the files gone from landing, those the table holds rows of the interval from, with their counts: the rows
+    the slice would delete. (Their quarantined lines are left alone unless the removal is allowed: landing_slice.)"""
+    path = paths.table_path(table.id)
+    if not gone or delta_version(path) < 0:
+        return {}
+    missing, held = set(gone), dict[str, int]()
+    frame = spark.read.format("delta").load(str(path)).where(condition)
+    for name, count in frame.groupBy(sources.SOURCE_FILE).count().collect():
+        if name and paths.from_uri(name) in missing:
+            held[paths.from_uri(name)] = held.get(paths.from_uri(name), 0) + count
+    return held
+
+
+def _check_missing_allowed(table: Table, plan: ReprocessPlan, lost: dict[str, int]) -> None:
+    """Stop (FilesMissing, one line naming the files) unless the run allows removing their rows; then say it does."""
+    names = _some(sorted(lost))
+    rows = sum(lost.values())
+    if not plan.allow_missing_files:
+        raise FilesMissing(
+            f"{len(lost)} file(s) that {table.id} holds {rows} row(s) of {plan.interval.text} from are no longer in "
+            f"landing: {names}. Nothing was replaced. Fix: restore them, or rerun with --reprocess and "
+            "--allow-missing-files to remove their rows from the interval"
+        )
+    print(
+        f"millpond: {table.id}: reprocess of {plan.interval.text} removes the {rows} row(s) of {len(lost)} file(s) "
+        f"no longer in landing, and their quarantined lines (--allow-missing-files): {names}",
+        flush=True,
+    )
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def derived_slice(
@@ -204,8 +306,43 @@ def derived_slice(
     if upstream is not None:
         kept = before.where(~F.expr(upstream.condition))
         before = kept.unionByName(upstream.rows.where(rows_of_interval), allowMissingColumns=True)
+    _check_event_time_kept(table, column, interval, before)
     rows = plan_table(before, table).where(rows_of_interval)
     return Slice(table, rows.localCheckpoint(eager=True), condition)
+
+
+# The event time as the upstream holds it, carried through a transform the spec cannot show keeps it.
+_AS_READ = "__millpond_event_time_as_read"
+
+
+def _check_event_time_kept(table: Table, column: str, interval: Interval, before: DataFrame) -> None:
+    """Refuse a slice whose transform changes the event time it slices by (Refused, nothing written).
+
+    A SQL transform is followed at `millpond validate` (millpond.spec.event_time); a function's code, or SQL that
+    could not be followed, is checked here on the interval's rows: with the column's value carried alongside, every
+    row must come out with the value it went in with (if the function drops the extra column, every row must still
+    lie in the interval). A transform that moved rows across the interval's bounds would make the slice delete rows
+    it never rebuilds."""
+    verdict = transform_verdict(table, column)
+    if not table.transform or (verdict is not None and verdict.outcome != "unknown"):
+        return
+    out = apply_transform(before.withColumn(_AS_READ, F.col(column)), table.transform)
+    if _AS_READ in out.columns:
+        moved = out.where(~F.col(column).eqNullSafe(F.col(_AS_READ))).select(_AS_READ, column)
+    else:
+        moved = out.where(~F.expr(interval.slice_sql(column))).select(F.lit(None).alias(_AS_READ), column)
+    seen = moved.limit(3).collect()
+    if seen:
+        shown = ", ".join(f"{was} -> {now}" if was is not None else f"{now}" for was, now in seen)
+        what = table.transform.function or (verdict.detail if verdict else "")
+        raise Refused(
+            [
+                f"{table.id}: its transform ({what}) changes the event-time column {column} of rows of "
+                f"{interval.text} (e.g. {shown}), so a reprocess would delete rows it never rebuilds. Nothing was "
+                f"replaced. Fix: keep {column} as it is read and write the new value to a column of another name, "
+                f"or rebuild with --full-refresh {table.id}"
+            ]
+        )
 
 
 def gated(spark: SparkSession, pipeline: Pipeline, piece: Slice, run: RunContext, result: TableResult) -> Slice:
@@ -247,9 +384,16 @@ def _empty_quarantine(spark: SparkSession, piece: Slice) -> tuple[DataFrame | No
 
 
 def commit(
-    spark: SparkSession, pipeline: str, piece: Slice, interval: Interval, run: RunContext, result: TableResult
+    spark: SparkSession,
+    pipeline: str,
+    piece: Slice,
+    interval: Interval,
+    run: RunContext,
+    result: TableResult,
+    txn: Txn,
 ) -> None:
-    """One commit replacing the table's slice, then one replacing its quarantine's part (if it has one)."""
+    """One commit replacing the table's slice, then one replacing its quarantine's part (if it has one), each
+    under the reprocess's Delta transaction (a commit already made under it is skipped)."""
     table_id = piece.table.id
     path, quarantine = paths.table_path(table_id), paths.quarantine_path(table_id)
     note = COMMIT_NOTE.format(interval=interval.text, run_id=run.run_id)
@@ -257,7 +401,7 @@ def commit(
     written = piece.rows.count()
     inject_fault(table_id, "before_replace")
     lease.fence(pipeline)
-    _replace(piece.rows, path, piece.condition, note, replaces=replaced > 0)
+    _replace(piece.rows, path, piece.condition, note, txn, replaces=replaced > 0)
     result.rows_replaced = (result.rows_replaced or 0) + replaced
     result.rows_written += written
     quarantined = piece.quarantine.count() if piece.quarantine is not None else 0
@@ -265,7 +409,7 @@ def commit(
         inject_fault(table_id, "between_replaces")
         lease.fence(pipeline)
         result.rows_quarantined += quarantined
-        _replace(piece.quarantine, quarantine, piece.quarantine_condition, note)
+        _replace(piece.quarantine, quarantine, piece.quarantine_condition, note, txn)
     result.version_after = delta_version(path)
     result.ended_at = datetime.now(UTC)
     if result.outcome == "running":
@@ -278,7 +422,9 @@ def commit(
     inject_fault(table_id, "after_replace")
 
 
-def _replace(rows: DataFrame, path: LakePath, condition: str | None, note: str, replaces: bool = True) -> None:
+def _replace(
+    rows: DataFrame, path: LakePath, condition: str | None, note: str, txn: Txn, replaces: bool = True
+) -> None:
     """One commit replacing the rows matching `condition` (all rows when None) that the live streams skip.
 
     Delta's streaming source reads only commits that add rows; the streams reading a sliced table use
@@ -286,7 +432,13 @@ def _replace(rows: DataFrame, path: LakePath, condition: str | None, note: str, 
     that replaces no row would be a pure append, which they would read: it is written with `dataChange=false`
     instead (Delta refuses that flag on a replaceWhere with data filters, so only then).
     """
-    writer = rows.write.format("delta").option("userMetadata", note).option("mergeSchema", "true")
+    writer = (
+        rows.write.format("delta")
+        .option("userMetadata", note)
+        .option("mergeSchema", "true")
+        .option("txnAppId", txn.app_id)
+        .option("txnVersion", txn.version)
+    )
     if delta_version(path) < 0:
         writer.mode("append").save(str(path))  # nothing to replace, and no stream has read the table yet
     elif not replaces:
@@ -333,6 +485,12 @@ def _files_under(
         frame = frame.where(where)  # type: ignore[arg-type]
     names = [r[0] for r in frame.select(column).distinct().collect() if r[0]]
     return {name for name in names if paths.from_uri(name).startswith(tuple(folders))}
+
+
+def _files_among(spark: SparkSession, path: str, column: str, files: set[str]) -> set[str]:
+    """The distinct file names a table's rows hold (as stored) that name one of `files` (paths as Spark reads them)."""
+    names = [r[0] for r in spark.read.format("delta").load(path).select(column).distinct().collect() if r[0]]
+    return {name for name in names if paths.from_uri(name) in files}
 
 
 def _names(frame: DataFrame, column: str) -> set[str]:

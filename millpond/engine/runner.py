@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +51,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="rebuild the rows whose event time is in [START, END) in every table of the run from the landing files "
         "as they are now, after draining what is new (ISO-8601 instants, e.g. 2026-11-01T02:00:00Z/2026-11-01T03:00:00Z;"
         " `none`: no reprocess)",
+    )
+    parser.add_argument(
+        "--allow-missing-files",
+        action="store_true",
+        help="with --reprocess: landing files of the interval removed since they were read are gone for good, so "
+        "their rows are removed too (without it such a reprocess stops, naming the files, and changes nothing)",
     )
     parser.add_argument("--run-id", default=None, help="the orchestrator's run id (default: manual__<utc time>)")
     parser.add_argument("--trigger", default="manual", help="what started the run: manual, scheduled, backfill")
@@ -175,11 +182,13 @@ def requested_reprocess(pipeline: Pipeline, tables: list[str], args: argparse.Na
     interval is a SpecError. (An interval a watermark has not closed is refused later, once the slices show whether
     it holds rows: millpond.engine.reprocess.)"""
     if not args.reprocess or args.reprocess.lower() == "none":
+        if args.allow_missing_files:
+            raise SpecError(["--allow-missing-files: only with --reprocess START/END (it allows removing its rows)"])
         return None
     interval = parse_interval(args.reprocess)
     if args.full_refresh:
         raise SpecError(["--reprocess and --full-refresh: choose one (a full refresh already rebuilds every interval)"])
-    return plan_reprocess(pipeline, tables, interval)
+    return replace(plan_reprocess(pipeline, tables, interval), allow_missing_files=args.allow_missing_files)
 
 
 def reprocess_plan(pipeline: Pipeline, tables: list[str], requested: ReprocessPlan | None) -> ReprocessPlan | None:
@@ -199,12 +208,16 @@ def reprocess_plan(pipeline: Pipeline, tables: list[str], requested: ReprocessPl
 
 def unfinished_reprocess(pipeline: Pipeline, tables: list[str]) -> ReprocessPlan | None:
     """The oldest unfinished reprocess owing some of the run's tables (millpond.lake.pending_reprocess), as a plan
-    for those tables: the run finishes it before anything else."""
+    for those tables: the run finishes it before anything else. A table whose upstream outside the run still owes
+    the interval waits for it (Airflow's gold task while the ingest task's reprocess is unfinished): rebuilt now, it
+    would only read the upstream's old rows again."""
     for entry in pending_reprocess.pending(pipeline.name):
-        owed = [t for t in tables if t in entry["tables"]]
+        waiting = set(entry["tables"]) - set(tables)  # owed by tables outside the run: their slices land later
+        owed = [t for t in tables if t in entry["tables"] and not pipeline.upstream(t) & waiting]
         if owed:
             print(f"millpond: finishing the reprocess of {entry['interval']} for {', '.join(owed)} first")
-            return plan_reprocess(pipeline, owed, parse_interval(entry["interval"]))
+            plan = plan_reprocess(pipeline, owed, parse_interval(entry["interval"]))
+            return replace(plan, allow_missing_files=bool(entry.get("allow_missing_files")))
     return None
 
 
@@ -289,7 +302,8 @@ def _run_locked(
         for table_id in table_ids:
             table = pipeline.tables[table_id]
             if failed:
-                results.append(skipped_result(table, failed))
+                if table_id != failed:
+                    results.append(skipped_result(table, failed))
                 continue
             waiting = nothing_to_read(pipeline, table)
             if waiting:  # asked again here: an upstream table of this run may just have written its first version
@@ -303,8 +317,8 @@ def _run_locked(
                 result = failed_result(pipeline, table, exc)
             if plan and table_id in refresh:
                 result.reprocess_start, result.reprocess_end = plan.interval.start, plan.interval.end
-                if result.outcome == "succeeded":  # rebuilt whole: right for every interval owed
-                    pending_reprocess.done(pipeline.name, None, table_id)
+                if result.outcome == "succeeded":  # rebuilt whole: right where its upstreams owe nothing
+                    pending_reprocess.rebuilt(pipeline.name, table_id, pipeline.upstream(table_id))
             results.append(result)
             print(format_result(result), flush=True)
 
@@ -312,7 +326,9 @@ def _run_locked(
         if plan is None:
             run_tables(tables, listener)
         else:  # drain what is new, replace the interval's slices, then rebuild the complete-mode tables
-            print(f"millpond: reprocess {plan.interval.text}: first, what is new", flush=True)
+            failed = landing_files_missing(spark, pipeline, plan, results)  # a refusal writes nothing at all
+            if not failed:
+                print(f"millpond: reprocess {plan.interval.text}: first, what is new", flush=True)
             run_tables([t for t in tables if t not in plan.rebuilds], listener)
             if not failed:
                 failed, refused = reprocess_slices(spark, pipeline, plan, run, results)
@@ -332,6 +348,22 @@ def _run_locked(
     return 2 if refused else code
 
 
+def landing_files_missing(
+    spark: SparkSession, pipeline: Pipeline, plan: ReprocessPlan, results: list[TableResult]
+) -> str | None:
+    """The landing table whose interval files are gone without --allow-missing-files (its failed result added to
+    `results`), or None (millpond.engine.reprocess.check_landing_files)."""
+    from millpond.engine.reprocess import check_landing_files
+    from millpond.engine.streaming import TableFailed
+
+    try:
+        check_landing_files(spark, pipeline, plan)
+    except TableFailed as exc:
+        results.append(failed_result(pipeline, pipeline.tables[exc.table_id], exc))
+        return exc.table_id
+    return None
+
+
 def reprocess_slices(
     spark: SparkSession, pipeline: Pipeline, plan: ReprocessPlan, run: RunContext, results: list[TableResult]
 ) -> tuple[str | None, list[str]]:
@@ -349,7 +381,7 @@ def reprocess_slices(
         by_table[exc.table_id] = result
         failed = exc.table_id
     except Refused as exc:
-        refused, failed = exc.problems, "the watermark check"
+        refused, failed = exc.problems, "the reprocess's refusal"
         print("millpond: reprocess refused:\n" + "\n".join(refused), file=sys.stderr)
     for result in by_table.values():
         if result not in results:

@@ -48,6 +48,8 @@ MAX_LINE_BYTES = 1024 * 1024
 RAW_KEEP_CHARS = 64 * 1024
 # New json fields that can become bronze columns under `schema_drift: add`; any other name is rescued instead.
 ADDABLE_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # `_name` is millpond's (`_ingested_at`, ...)
+# Files per batch that a complete-mode table's first batch reads: all of them (Delta's largest; its default is 1,000).
+WHOLE_SNAPSHOT_FILES = 2**31 - 1
 # Where each message of a Kafka source came from, kept in bronze next to the value's fields.
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 
@@ -130,8 +132,16 @@ def schema_of(ddl: str) -> StructType:
 def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline: Pipeline | None = None) -> DataFrame:
     """An upstream table's new rows. An append table of the pipeline is read with `skipChangeCommits`: its only
     commits that remove rows are a reprocess's slice replacements (millpond.engine.reprocess), which replace this
-    table's slice too, so reading them would count the interval twice."""
-    reader = spark.readStream.format("delta").options(**table.rate_limit.reader_options())
+    table's slice too, so reading them would count the interval twice.
+
+    A complete-mode table on a new checkpoint (its first run, a full refresh, a reprocess's rebuild) reads the whole
+    upstream in one batch, whatever its rate limit and Delta's default of 1,000 files per batch: each batch
+    overwrites the table, so a rebuild in several would show readers partial totals until its last one, and keep
+    them if it stopped part-way."""
+    options = table.rate_limit.reader_options()
+    if pipeline is not None and table.output_mode == "complete" and not checkpoints.has_batches(pipeline, table):
+        options = {"maxFilesPerTrigger": str(WHOLE_SNAPSHOT_FILES)}
+    reader = spark.readStream.format("delta").options(**options)
     source = pipeline.tables.get(upstream) if pipeline else None
     if source is not None and source.output_mode != "complete" and not source.merges:
         reader = reader.option("skipChangeCommits", "true")

@@ -241,6 +241,11 @@ def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | Non
 # ---------------------------------------------------------------------------------------------- Spark's files
 
 
+def has_batches(pipeline: Pipeline, table: Table) -> bool:
+    """Whether the table's checkpoint has planned a batch (its offsets log holds one): False for a new checkpoint."""
+    return bool(log_files(paths.checkpoint_path(pipeline.name, table.id) / "offsets"))
+
+
 def log_files(folder: LakePath) -> list[LakePath]:
     """Batch files of a Spark metadata log (`0`, `1`, ..., `9.compact`), newest last."""
     if not isinstance(folder, S3Path) and not folder.is_dir():  # a listing of a missing prefix is empty

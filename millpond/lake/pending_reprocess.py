@@ -11,6 +11,8 @@ crash, a gate stop or an Airflow task that never ran leaves the tables convergin
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Mapping
 
 from millpond.lake import paths
 
@@ -27,21 +29,56 @@ def pending(pipeline: str) -> list[dict]:
         return []
 
 
-def begin(pipeline: str, interval: str, tables: list[str]) -> None:
+def begin(
+    pipeline: str,
+    interval: str,
+    tables: list[str],
+    committed: Mapping[str, int] | None = None,
+    allow_missing_files: bool = False,
+) -> dict[str, int]:
+    """Record that the interval owes `tables`; return the Delta transaction version each table's commit carries.
+
+    A table the interval still owes keeps the version it was given: the run that crashed may have a write of it in
+    flight (on the engine the server finishes a write whose client died), and this run's write of the same slice
+    under the same version is then skipped by Delta instead of landing twice, whether this run finishes the record or
+    was asked for the interval again (an Airflow retry). Any other table gets a version above every one the record
+    holds and above `committed` (the table's committed version of this interval's app id, read from its log: a
+    clock behind the last writer's cannot make Delta skip a new slice). `allow_missing_files`: the user allowed this
+    reprocess to remove the rows of landing files gone since they were read; the run that finishes it may too."""
+    committed = committed or {}
     entries = pending(pipeline)
     entry = next((e for e in entries if e["interval"] == interval), None)
     if entry is None:
-        entries.append({"interval": interval, "tables": list(tables)})
-    else:
-        entry["tables"] = entry["tables"] + [t for t in tables if t not in entry["tables"]]
+        entry = {"interval": interval, "tables": []}
+        entries.append(entry)
+    versions: dict[str, int] = entry.setdefault("txn_versions", {})
+    fresh = max([time.time_ns() // 1000, *(v + 1 for v in versions.values()), *(v + 1 for v in committed.values())])
+    for table in tables:
+        if table not in entry["tables"] or table not in versions:
+            versions[table] = max(fresh, committed.get(table, -1) + 1)
+    entry["tables"] = entry["tables"] + [t for t in tables if t not in entry["tables"]]
+    entry["allow_missing_files"] = allow_missing_files
     _write(pipeline, entries)
+    return {table: versions[table] for table in tables}
 
 
-def done(pipeline: str, interval: str | None, table_id: str) -> None:
-    """Strike the table off the interval's entry; `interval=None`: off every entry (a table rebuilt whole)."""
+def done(pipeline: str, interval: str, table_id: str) -> None:
+    """Strike the table off the interval's entry (a table rebuilt whole: rebuilt())."""
     entries = pending(pipeline)
     for entry in entries:
-        if interval in (None, entry["interval"]) and table_id in entry["tables"]:
+        if interval == entry["interval"] and table_id in entry["tables"]:
+            entry["tables"].remove(table_id)
+    _write(pipeline, [e for e in entries if e["tables"]])
+
+
+def rebuilt(pipeline: str, table_id: str, upstreams: set[str]) -> None:
+    """A table rebuilt whole from its upstreams as they are now: struck off every interval none of `upstreams` still
+    owes. An interval an upstream still owes keeps it owed: it was rebuilt from the upstream's old rows of that
+    interval, so it owes another rebuild once the upstream's slice lands (Airflow's gold task may run while the
+    ingest task's reprocess is stopped at a gate)."""
+    entries = pending(pipeline)
+    for entry in entries:
+        if table_id in entry["tables"] and not upstreams & set(entry["tables"]):
             entry["tables"].remove(table_id)
     _write(pipeline, [e for e in entries if e["tables"]])
 

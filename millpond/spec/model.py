@@ -320,6 +320,18 @@ class Pipeline:
                 chosen.add(table.id)
         return [t for t in self.tables if t in chosen]
 
+    def upstream(self, table_id: str) -> set[str]:
+        """Every table the given one reads, directly or through others."""
+        found: set[str] = set()
+        todo = [normalize_table_id(table_id)]
+        while todo:
+            table = self.tables.get(todo.pop())
+            for upstream in table.upstreams if table else ():
+                if upstream in self.tables and upstream not in found:
+                    found.add(upstream)
+                    todo.append(upstream)
+        return found
+
     def layer_tables(self, layer: str) -> list[str]:
         return [t.id for t in self.tables.values() if t.layer == layer]
 

@@ -17,7 +17,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from millpond.spec import event_time
 from millpond.spec.errors import SpecError
+from millpond.spec.event_time import Verdict
 from millpond.spec.model import FileSource, Pipeline, Table
 
 # The tokens a layout may use, finest last; a folder holds the files of one step of its finest token.
@@ -119,6 +121,9 @@ class ReprocessPlan:
     interval: Interval
     slices: dict[str, str]  # table id -> event-time column, dependency order
     rebuilds: tuple[str, ...]  # complete-mode tables, dependency order
+    # Landing files gone since the stream read them: their rows of the interval are removed with the slice only when
+    # the user says so (`--allow-missing-files`); else the run stops, naming them, before any commit.
+    allow_missing_files: bool = False
 
     def source_of(self, pipeline: Pipeline, table_id: str) -> FileSource | None:
         table = pipeline.tables[table_id]
@@ -135,9 +140,12 @@ def plan_reprocess(pipeline: Pipeline, tables: list[str], interval: Interval) ->
     refusals: dict[str, str] = {}
     for table in pipeline.tables.values():  # dependency order: an upstream's event time is known first
         column = _event_time(pipeline, table, event_times)
+        verdict = transform_verdict(table, column)
+        if verdict and verdict.outcome in ("rewritten", "dropped"):
+            column = None
         if column:
             event_times[table.id] = column
-        why = _refusal(pipeline, table, column)
+        why = _transform_refusal(table, verdict) or _refusal(pipeline, table, column)
         if why:
             refusals[table.id] = why
         if table.id not in tables:
@@ -160,6 +168,44 @@ def plan_reprocess(pipeline: Pipeline, tables: list[str], interval: Interval) ->
     if problems:
         raise SpecError(problems)
     return ReprocessPlan(interval, slices, tuple(rebuilds))
+
+
+def transform_verdict(table: Table, column: str | None) -> Verdict | None:
+    """How the table's SQL transform treats the event-time column it reads (None: no SQL transform, or no such
+    column). A function's code cannot be read: the reprocess checks its rows instead (reprocess.derived_slice)."""
+    if not column or table.reads_landing or not table.transform or not table.transform.sql:
+        return None
+    return event_time.follow(table.transform.sql, column)
+
+
+def rewritten_event_times(pipeline: Pipeline) -> list[tuple[str, str, str]]:
+    """(where, problem, fix) for each table whose SQL transform rewrites the event-time column it carries: the spec
+    is refused (`millpond validate`), as a reprocess slicing by the column would delete rows it never rebuilds."""
+    problems: list[tuple[str, str, str]] = []
+    known: dict[str, str] = {}
+    for table in pipeline.tables.values():
+        column = _event_time(pipeline, table, known)
+        verdict = transform_verdict(table, column)
+        if verdict and verdict.outcome == "rewritten":
+            problems.append(
+                (
+                    f"tables.{table.id}.transform.sql",
+                    f"it rewrites the event-time column {column!r} that a reprocess slices by ({verdict.detail}), so "
+                    "a reprocess would delete the rows it moves out of an interval and never rebuild them",
+                    f"keep {column} as it is read (SELECT *, or {column} unchanged) and write the new value to a "
+                    "column of another name",
+                )
+            )
+        elif column and not (verdict and verdict.outcome == "dropped"):
+            known[table.id] = column
+    return problems
+
+
+def _transform_refusal(table: Table, verdict: Verdict | None) -> str | None:
+    if verdict is None or verdict.outcome not in ("rewritten", "dropped"):
+        return None
+    does = {"rewritten": "rewrites", "dropped": "drops"}[verdict.outcome]
+    return f"its SQL transform {does} the event-time column it reads ({verdict.detail})"
 
 
 def _event_time(pipeline: Pipeline, table: Table, known: dict[str, str]) -> str | None:

@@ -13,6 +13,7 @@ from millpond.spec.errors import SpecError
 from millpond.spec.loader.sources import SourceLoader
 from millpond.spec.loader.tables import TableLoader
 from millpond.spec.model import GLOB_CHARACTERS, GLOB_SHOWN, KAFKA, SCHEDULE_PRESETS, Pipeline
+from millpond.spec.reprocess import rewritten_event_times
 from millpond.spec.syntax import NAME
 
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: DAG parsing reads every spec
@@ -133,6 +134,8 @@ class PipelineLoader(SourceLoader, TableLoader):
             sources=sources,
             tables=ordered,
         )
+        for where, message, fix in rewritten_event_times(pipeline):
+            self.problem(where, message, fix)
         if self.problems:
             raise SpecError(self.problems)
         return pipeline

@@ -9,12 +9,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from millpond.dev.sample_data import ACTIVITY_EPOCH, SECONDS_PER_FILE, activity_files, land_file
 from millpond.engine import runner
 from millpond.lake import paths, pending_reprocess
 from millpond.lake.delta_log import latest_version
 from millpond.spec.reprocess import parse_interval
+from tests.support import REPO
 from tests.support.lake_tables import assert_matches_reference, read
 from tests.support.reference import activity_reference
 
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.integration
 HOUR_1 = "2026-11-01T01:00:00Z/2026-11-01T02:00:00Z"
 FILES_PER_HOUR = 3600 // SECONDS_PER_FILE
 SLICED = ("bronze.activity", "silver.activity")
+TABLES = (*SLICED, "gold.device_counts", "gold.activity_hourly")
 
 
 def landing(lake: Path) -> Path:
@@ -69,7 +72,17 @@ def test_a_redelivered_hour_is_rebuilt_in_every_table_and_later_files_are_read_o
     )
 
     redeliver_hour_1(lake, seed=7)
-    backend.succeed("--reprocess", HOUR_1, "--run-id", "reprocess")
+    # One of hour 1's files is gone from landing: its rows are not deleted unless the user says so. The run stops
+    # before it drains anything, naming the file, and every table stays at its version.
+    gone = str(landing(lake) / "activity-000020.json")
+    versions = {t: latest_version(paths.table_path(t)) for t in TABLES}
+    code, _, err = backend.run("--reprocess", HOUR_1, "--run-id", "refused")
+    assert code == 1, err
+    assert f"are no longer in landing: {gone}. Nothing was replaced" in err and "--allow-missing-files" in err
+    assert {t: latest_version(paths.table_path(t)) for t in TABLES} == versions
+    assert not pending_reprocess.pending("activity")
+    said = backend.succeed("--reprocess", HOUR_1, "--allow-missing-files", "--run-id", "reprocess")
+    assert f"no longer in landing, and their quarantined lines (--allow-missing-files): {gone}" in said
     assert_matches_reference(spark, activity_reference(landing(lake)))
     assert (
         read(spark, "silver.activity")
@@ -112,7 +125,7 @@ def silver_quarantine(spark) -> list[str]:
 def test_the_gate_applies_to_the_slice_and_an_open_interval_is_refused(spark, lake, capsys):
     activity_files(landing(lake), 3 * FILES_PER_HOUR, 40, seed=2)
     assert runner.main(["activity", "--run-id", "first"]) == 0
-    tables = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
+    tables = TABLES
     before = {t: latest_version(paths.table_path(t)) for t in tables}
 
     # Silver's watermark is 01:59 (the newest recording minus an hour): hour 2 may still receive rows.
@@ -164,4 +177,27 @@ def test_the_gate_applies_to_the_slice_and_an_open_interval_is_refused(spark, la
     assert runner.main(["activity", "--reprocess", hour_0]) == 4
     assert "expectation" in capsys.readouterr().err
     assert {t: latest_version(paths.table_path(t)) for t in tables} == before
+    assert not pending_reprocess.pending("activity")
+
+
+def test_a_transform_function_that_rewrites_the_event_time_is_refused_before_any_slice(spark, lake, tmp_path, capsys):
+    """Silver's function truncates the event time to the hour, so silver's row of 00:40 sits at 00:00. A reprocess of
+    [00:00, 00:30) would delete silver's rows at 00:00 and rebuild only those read at 00:00-00:29: the rest lost. A
+    function's code cannot be read at `millpond validate`, so the reprocess checks the interval's rows first."""
+    spec = yaml.safe_load((REPO / "pipelines" / "activity.yaml").read_text())
+    spec["tables"]["silver.activity"]["transform"] = {"function": "tests.support.sample_transforms:to_the_hour"}
+    path = tmp_path / "activity.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    activity_files(landing(lake), 3 * FILES_PER_HOUR, 10, seed=4)
+    assert runner.main([str(path), "--run-id", "first"]) == 0
+    versions = {t: latest_version(paths.table_path(t)) for t in TABLES}
+    silver_rows = read(spark, "silver.activity").count()
+
+    capsys.readouterr()
+    assert runner.main([str(path), "--reprocess", "2026-11-01T00:00:00Z/2026-11-01T00:30:00Z"]) == 2
+    err = capsys.readouterr().err
+    assert "silver.activity: its transform (tests.support.sample_transforms:to_the_hour) changes the event-time " in err
+    assert "Fix: keep Recorded_At as it is read" in err
+    assert {t: latest_version(paths.table_path(t)) for t in TABLES} == versions
+    assert read(spark, "silver.activity").count() == silver_rows
     assert not pending_reprocess.pending("activity")

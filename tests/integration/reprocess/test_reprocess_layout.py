@@ -9,6 +9,8 @@ import pytest
 
 from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
 from millpond.engine import runner
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
 from tests.support import REPO
 from tests.support.lake_tables import assert_matches_reference, read
 from tests.support.reference import activity_reference
@@ -16,6 +18,7 @@ from tests.support.reference import activity_reference
 pytestmark = pytest.mark.integration
 
 FILES_PER_HOUR = 3600 // SECONDS_PER_FILE
+GOLD = ("gold.device_counts", "gold.activity_hourly")
 
 
 def land_hour(landing: Path, hour: int, seed: int) -> None:
@@ -26,9 +29,13 @@ def land_hour(landing: Path, hour: int, seed: int) -> None:
 
 
 def test_a_reprocess_reads_only_the_interval_folders_of_its_layout(spark, lake, tmp_path, capsys):
+    """Also: gold, read one file per batch, is rebuilt in one commit, so readers never see partial totals."""
     spec = (REPO / "pipelines" / "activity.yaml").read_text()
     spec = spec.replace("event_time: Recorded_At", "event_time: Recorded_At\n    layout: date=YYYY-MM-DD/hour=HH")
-    assert "layout:" in spec
+    spec = spec.replace(
+        "output_mode: complete\n", "output_mode: complete\n    rate_limit: {max_files_per_trigger: 1}\n"
+    )
+    assert "layout:" in spec and spec.count("max_files_per_trigger: 1}") == 2
     path = tmp_path / "activity.yaml"
     path.write_text(spec)
     landing = lake / "landing" / "activity"
@@ -40,7 +47,10 @@ def test_a_reprocess_reads_only_the_interval_folders_of_its_layout(spark, lake, 
 
     land_hour(landing, 1, seed=11)  # hour 1 corrected, same names
     capsys.readouterr()
+    gold = {t: latest_version(paths.table_path(t)) for t in GOLD}
     assert runner.main([str(path), "--reprocess", "2026-11-01T01:00:00Z/2026-11-01T02:00:00Z"]) == 0
+    assert len(spark.read.format("delta").load(str(paths.table_path("silver.activity"))).inputFiles()) >= 2
+    assert {t: latest_version(paths.table_path(t)) for t in GOLD} == {t: v + 1 for t, v in gold.items()}
     said = capsys.readouterr().out
     assert re.search(r"bronze.activity: reprocessed .*: \d+ row\(s\) replaced by \d+ from 12 file\(s\)", said), said
     assert_matches_reference(spark, activity_reference(landing, recursive=True))

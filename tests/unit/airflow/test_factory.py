@@ -337,7 +337,7 @@ def test_a_spec_airflow_refuses_names_its_file_not_the_dag_file(monkeypatch, tmp
 def test_a_backfill_run_reprocesses_its_interval_unless_its_conf_says_no():
     from airflow.sdk.exceptions import AirflowException
 
-    from millpond.airflow.operators import reprocess_interval
+    from millpond.airflow.operators import reprocess_args, reprocess_interval
 
     def context(run_type, reprocess=None, interval=True):
         from datetime import UTC, datetime
@@ -359,6 +359,13 @@ def test_a_backfill_run_reprocesses_its_interval_unless_its_conf_says_no():
     assert reprocess_interval(context("manual", reprocess=True)) == "2026-11-01T01:00:00Z/2026-11-02T01:00:00Z"
     with pytest.raises(AirflowException, match="has none. Fix: trigger it with a logical date"):
         reprocess_interval(context("manual", reprocess=True, interval=False))
+
+    # Gone landing files take their rows only when the run's conf says so, and only with a reprocess.
+    allowing = context("backfill") | {"params": {"allow_missing_files": True}}
+    hour = "2026-11-01T01:00:00Z/2026-11-02T01:00:00Z"
+    assert reprocess_args(allowing, hour) == ["--reprocess", hour, "--allow-missing-files"]
+    assert reprocess_args(context("backfill"), hour) == ["--reprocess", hour]
+    assert reprocess_args(allowing, None) == ["--reprocess", "none"]
 
 
 def test_a_reprocess_schedule_adds_a_dag_with_the_same_tasks_on_that_schedule(dagbag):

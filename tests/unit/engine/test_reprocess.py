@@ -23,12 +23,16 @@ def land(root, *names: str) -> list[str]:
     return uris
 
 
-def test_the_interval_folders_files_still_landed_are_read_and_a_removed_one_is_left_out(tmp_path):
+def test_the_interval_folders_files_still_landed_are_read_and_a_removed_one_is_named_as_gone(tmp_path):
     root = tmp_path / "landing"
     seen = land(root, "date=2026-11-01/hour=00/a.json", f"{HOUR_1}b c.json", f"{HOUR_1}d.json")
-    (root / HOUR_1 / "d.json").unlink()  # removed for the interval on purpose: its rows go with the slice
-    assert interval_files(seen, root, [f"{root}/{HOUR_1}"]) == [f"{root}/{HOUR_1}b c.json"]
-    assert interval_files(seen, root, []) == [f"{root}/date=2026-11-01/hour=00/a.json", f"{root}/{HOUR_1}b c.json"]
+    (root / HOUR_1 / "d.json").unlink()  # its rows go only with --allow-missing-files (check_landing_files)
+    gone = [f"{root}/{HOUR_1}d.json"]
+    assert interval_files(seen, root, [f"{root}/{HOUR_1}"]) == ([f"{root}/{HOUR_1}b c.json"], gone)
+    assert interval_files(seen, root, []) == (
+        [f"{root}/date=2026-11-01/hour=00/a.json", f"{root}/{HOUR_1}b c.json"],
+        gone,
+    )
 
 
 def test_a_log_naming_files_the_store_does_not_return_fails_naming_them_instead_of_replacing_rows(tmp_path):
@@ -53,8 +57,8 @@ def test_a_log_naming_files_the_store_does_not_return_fails_naming_them_instead_
 def test_an_interval_the_log_names_no_file_of_reads_nothing_without_failing(tmp_path):
     root = tmp_path / "landing"
     seen = land(root, "date=2026-11-01/hour=00/a.json")
-    assert interval_files(seen, root, [f"{root}/{HOUR_1}"]) == []
-    assert interval_files([], root, []) == []
+    assert interval_files(seen, root, [f"{root}/{HOUR_1}"]) == ([], [])
+    assert interval_files([], root, []) == ([], [])
 
 
 def test_logged_uris_name_store_locations_decoded_and_local_paths_decoded():

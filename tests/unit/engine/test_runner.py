@@ -49,3 +49,18 @@ def test_a_run_queued_behind_another_reads_the_pending_reprocess_as_that_run_lef
     queued_run.join(60)
     assert codes == [runner.NEEDS_SPARK]  # it owes gold's rebuild, so it needs Spark, not an idle run
     assert f"finishing the reprocess of {hour} for gold.device_counts first" in capsys.readouterr().out
+
+
+def test_a_gold_only_run_leaves_a_reprocess_its_upstream_still_owes_to_the_run_that_replaces_that_slice(lake, capsys):
+    """Silver still owes the hour (its reprocess stopped): gold rebuilt now would read silver's old rows and be
+    struck off. Gold's own run drains as usual and finishes nothing; it is rebuilt once silver's slice lands."""
+    from millpond.lake import pending_reprocess
+
+    hour = "2026-11-01T02:00:00Z/2026-11-01T03:00:00Z"
+    pending_reprocess.begin("activity", hour, ["silver.activity", "gold.device_counts", "gold.activity_hourly"])
+    pending_reprocess.begin("activity", "2026-11-01T05:00:00Z/2026-11-01T06:00:00Z", ["gold.device_counts"])
+    assert runner.main(["activity", "--layers", "gold"], spark_allowed=False) == runner.NEEDS_SPARK
+    said = capsys.readouterr().out
+    assert "finishing the reprocess of 2026-11-01T05:00:00Z/2026-11-01T06:00:00Z for gold.device_counts" in said
+    assert hour not in said
+    assert runner.unfinished_reprocess(runner.load_pipeline("activity"), ["gold.device_counts"]).interval.text != hour

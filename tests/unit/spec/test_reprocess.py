@@ -92,6 +92,32 @@ def test_tables_that_cannot_be_rebuilt_by_interval_are_named_with_the_fix(tmp_pa
         plan_reprocess(pipeline, ["bronze.activity"], parse_interval(HOUR))
 
 
+def test_a_transform_rewriting_the_event_time_is_refused_and_one_dropping_it_cannot_be_reprocessed(tmp_path):
+    """A slice of silver is recomputed from bronze's rows of the interval: a transform that moves rows across the
+    interval's bounds (truncating or shifting the time) would make a reprocess delete rows it never rebuilds."""
+
+    def silver_sql(sql):
+        return lambda s: s["tables"]["silver.activity"]["transform"].update(sql=sql)
+
+    text = problems_for(
+        tmp_path, silver_sql("SELECT Device, Index, date_trunc('hour', Recorded_At) AS Recorded_At FROM source")
+    )
+    assert "tables.silver.activity.transform.sql: it rewrites the event-time column 'Recorded_At'" in text
+    assert "DATE_TRUNC('HOUR', Recorded_At) AS Recorded_At" in text
+    assert "Fix: keep Recorded_At as it is read" in text
+
+    spec = copy.deepcopy(ACTIVITY)
+    silver_sql("SELECT Device, Index, x FROM source")(spec)
+    spec["tables"]["silver.activity"].pop("dedup")
+    spec["tables"]["silver.activity"].pop("watermark")
+    spec["tables"]["silver.activity"]["keys"] = ["Device", "Index"]
+    pipeline = load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")  # valid: nothing rewritten
+    with pytest.raises(
+        SpecError, match="silver.activity cannot be reprocessed: its SQL transform drops the event-time"
+    ):
+        plan_reprocess(pipeline, list(pipeline.tables), parse_interval(HOUR))
+
+
 def test_the_spec_checks_event_time_and_layout_where_they_are_written(tmp_path):
     def source(change):
         return lambda s: s["sources"]["activity"].update(change)
