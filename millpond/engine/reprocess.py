@@ -210,13 +210,15 @@ def landing_slice(
     condition = interval.slice_sql(column)
     read_now = _names(rows, sources.SOURCE_FILE) | (_names(bad, "source_file") if bad is not None else set())
     if folders:  # only the layout's folders were read: the rest of the interval's rows stay as they are
-        files = _files_under(spark, path, sources.SOURCE_FILE, folders, F.expr(condition)) | read_now
+        stored = _stored_files(spark, path, sources.SOURCE_FILE, F.expr(condition))
+        files = {name for name, file in stored.items() if file.startswith(tuple(folders))} | read_now
         condition += " AND " + _in_list(sources.SOURCE_FILE, files)
     # The quarantined lines of the files read now (a malformed line belongs to its file, not to an interval), and of
     # the files gone from landing only when the user allowed their removal: else they stay as they are.
     quarantine = str(paths.quarantine_path(table.id))
     replaced = set(present) | (set(gone) if plan.allow_missing_files else set())
-    held = _files_among(spark, quarantine, "source_file", replaced) if delta_version(quarantine) >= 0 else set()
+    stored = _stored_files(spark, quarantine, "source_file") if delta_version(quarantine) >= 0 else {}
+    held = {name for name, file in stored.items() if file in replaced}
     return Slice(table, rows, condition, bad, _in_list("source_file", held | read_now), len(present))
 
 
@@ -265,8 +267,9 @@ def _rows_held_from(spark: SparkSession, table: Table, condition: str, gone: lis
     missing, held = set(gone), dict[str, int]()
     frame = spark.read.format("delta").load(str(path)).where(condition)
     for name, count in frame.groupBy(sources.SOURCE_FILE).count().collect():
-        if name and paths.from_uri(name) in missing:
-            held[paths.from_uri(name)] = held.get(paths.from_uri(name), 0) + count
+        file = paths.from_uri(name) if name else None
+        if file is not None and file in missing:
+            held[file] = held.get(file, 0) + count
     return held
 
 
@@ -476,21 +479,13 @@ def _shape_for_drift(spark: SparkSession, pipeline: Pipeline, table: Table, good
     return sources.apply_schema_drift(good, source, str(pipeline.spec_path), existing)
 
 
-def _files_under(
-    spark: SparkSession, path: str, column: str, folders: list[str], where: object | None = None
-) -> set[str]:
-    """The distinct file names a table's rows hold (as stored) whose location lies in one of the folders."""
+def _stored_files(spark: SparkSession, path: str, column: str, where: object | None = None) -> dict[str, str]:
+    """The distinct file names a table's rows hold (as stored, which a replaceWhere must match), each with its path
+    as Spark reads it (which the landing folder and the interval's layout folders are compared with)."""
     frame = spark.read.format("delta").load(path)
     if where is not None:
         frame = frame.where(where)  # type: ignore[arg-type]
-    names = [r[0] for r in frame.select(column).distinct().collect() if r[0]]
-    return {name for name in names if paths.from_uri(name).startswith(tuple(folders))}
-
-
-def _files_among(spark: SparkSession, path: str, column: str, files: set[str]) -> set[str]:
-    """The distinct file names a table's rows hold (as stored) that name one of `files` (paths as Spark reads them)."""
-    names = [r[0] for r in spark.read.format("delta").load(path).select(column).distinct().collect() if r[0]]
-    return {name for name in names if paths.from_uri(name) in files}
+    return {r[0]: paths.from_uri(r[0]) for r in frame.select(column).distinct().collect() if r[0]}
 
 
 def _names(frame: DataFrame, column: str) -> set[str]:
