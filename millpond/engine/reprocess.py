@@ -20,7 +20,7 @@ made (the engine finishes a write whose client was killed) is skipped by Delta, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -37,7 +37,7 @@ from millpond.lake.paths import LakePath
 from millpond.lake.system_tables import open_table
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table
-from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders, transform_verdict
+from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders, parse_interval, transform_verdict
 
 # The reprocess's commits, as Delta's history shows them (`userMetadata`).
 COMMIT_NOTE = "millpond reprocess {interval} run {run_id}"
@@ -84,6 +84,9 @@ class Slice:
     quarantine: DataFrame | None = None
     quarantine_condition: str | None = None  # None: the quarantine is replaced whole
     files_read: int = 0
+    # The intervals whose rows the tables downstream rebuild: the one asked, and those where the re-read files' rows
+    # changed (a re-delivered file's corrected event times may move a row into or out of another interval).
+    intervals: tuple[Interval, ...] = ()
 
 
 def replace_slices(
@@ -94,7 +97,7 @@ def replace_slices(
     Raises TableFailed naming the table: before any commit when a slice cannot be computed or its gate blocks.
     """
     interval = plan.interval
-    refusals = checkpoints.open_intervals(pipeline, plan)
+    recorded = tuple(parse_interval(text) for text in pending_reprocess.also(pipeline.name, interval.text))
     slices: dict[str, Slice] = {}
     for table_id, column in plan.slices.items():
         table = pipeline.tables[table_id]
@@ -102,9 +105,12 @@ def replace_slices(
         result.reprocess_start, result.reprocess_end = interval.start, interval.end
         try:
             if table.reads_landing:
-                piece = landing_slice(spark, pipeline, plan, table, column, run)
+                piece = landing_slice(spark, pipeline, plan, table, column, run, recorded)
             else:
-                piece = derived_slice(spark, pipeline, table, column, interval, slices.get(table.source))
+                upstream = slices.get(table.source)
+                intervals = upstream.intervals if upstream else _merged((interval, *recorded))
+                piece = derived_slice(spark, pipeline, table, column, interval, intervals, upstream)
+                refusals = checkpoints.open_intervals(pipeline, plan, _reach(intervals))
                 if piece and table_id in refusals and _holds_rows(spark, piece):
                     raise Refused([refusals[table_id]])
                 piece = gated(spark, pipeline, piece, run, result) if piece else None
@@ -124,6 +130,8 @@ def replace_slices(
         print(f"millpond: {table_id}: reprocessed {interval.text}: no row of the interval before or after", flush=True)
     if not changing:
         return
+    rebuilt = _merged((interval, *recorded, *(i for piece in changing.values() for i in piece.intervals)))
+    refusals = checkpoints.open_intervals(pipeline, plan, _reach(rebuilt))
     unclosed = [why for table_id, why in refusals.items() if table_id not in plan.slices]
     if unclosed:  # a stateful table outside this run reads a replaced table: its live state holds the interval
         raise Refused(unclosed)
@@ -132,12 +140,38 @@ def replace_slices(
     app_id = TXN_APP_ID.format(interval=interval.text)
     committed = {t: _committed_txn(paths.table_path(t), app_id) for t in changing}
     owed = pipeline.downstream(list(changing))
-    versions = pending_reprocess.begin(pipeline.name, interval.text, owed, committed, plan.allow_missing_files)
+    also = [i.text for i in rebuilt if i != interval]
+    versions = pending_reprocess.begin(
+        pipeline.name, interval.text, owed, committed, plan.allow_missing_files, also=also
+    )
     for table_id, piece in changing.items():
         commit(spark, pipeline.name, piece, interval, run, results[table_id], Txn(app_id, versions[table_id]))
         pending_reprocess.done(pipeline.name, interval.text, table_id)
     for table_id in plan.slices:  # a slice that did not change is as the reprocess wants it too
         pending_reprocess.done(pipeline.name, interval.text, table_id)
+
+
+def _merged(intervals: tuple[Interval, ...] | list[Interval]) -> tuple[Interval, ...]:
+    """The distinct intervals in time order."""
+    return tuple(sorted(set(intervals), key=lambda i: (i.start, i.end)))
+
+
+def _reach(intervals: tuple[Interval, ...]) -> datetime | None:
+    return max((i.end for i in intervals), default=None)
+
+
+def covering_sql(intervals: tuple[Interval, ...], column: str, with_nulls: bool) -> str:
+    """The rows of any of the intervals (adjacent ones merged), and with `with_nulls` the rows with no event time."""
+    spans: list[list[datetime]] = []
+    for piece in _merged(intervals):
+        if spans and piece.start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], piece.end)
+        else:
+            spans.append([piece.start, piece.end])
+    terms = [f"({Interval(start, end).sql(column)})" for start, end in spans] or ["false"]
+    if with_nulls:
+        terms.append(f"`{column}` IS NULL")
+    return "(" + " OR ".join(terms) + ")"
 
 
 def check_landing_files(spark: SparkSession, pipeline: Pipeline, plan: ReprocessPlan) -> None:
@@ -152,8 +186,9 @@ def check_landing_files(spark: SparkSession, pipeline: Pipeline, plan: Reprocess
         if not table.reads_landing:
             continue
         try:
-            _, gone = interval_files(checkpoints.seen_files(pipeline, table), *_landing_folders(pipeline, plan, table))
-            lost = _rows_held_from(spark, table, plan.interval.slice_sql(column), gone)
+            root, folders = _landing_folders(pipeline, plan, table)
+            _, gone = interval_files(checkpoints.seen_files(pipeline, table), root, folders)
+            lost = _rows_held_from(spark, table, plan.interval.slice_sql(column), gone, whole_files=bool(folders))
             if lost and not plan.allow_missing_files:
                 _check_missing_allowed(table, plan, lost)
         except Exception as exc:  # gone files, or the store or Spark failing to list or read: named, nothing written
@@ -173,25 +208,37 @@ def _landing_folders(pipeline: Pipeline, plan: ReprocessPlan, table: Table) -> t
 
 
 def landing_slice(
-    spark: SparkSession, pipeline: Pipeline, plan: ReprocessPlan, table: Table, column: str, run: RunContext
+    spark: SparkSession,
+    pipeline: Pipeline,
+    plan: ReprocessPlan,
+    table: Table,
+    column: str,
+    run: RunContext,
+    recorded: tuple[Interval, ...] = (),
 ) -> Slice | None:
-    """The interval's rows of a landing table from the files its stream has read, as they are now (None: the table
-    does not exist and there is nothing to read)."""
+    """A landing table's rows of the files the interval is read from, as the files are now (None: the table does
+    not exist and there is nothing to read).
+
+    The file is the unit replaced: a file of the interval (one of its layout folders', or without a layout one
+    holding rows of the interval, before or after) is replaced whole, whatever event times its rows carry. A
+    re-delivered file whose corrected timestamps move a row into another interval thus leaves no old row behind, in
+    this interval or the other, and the slice's `intervals` name every interval where the files' rows changed,
+    for the tables downstream to rebuild (`recorded`: those a crashed run of this reprocess had found)."""
     interval, source = plan.interval, plan.source_of(pipeline, table.id)
     assert source is not None  # plan_reprocess: a landing table
     root, folders = _landing_folders(pipeline, plan, table)
     present, gone = interval_files(checkpoints.seen_files(pipeline, table), root, folders)
-    lost = _rows_held_from(spark, table, interval.slice_sql(column), gone)
+    in_slice = interval.slice_sql(column)
+    lost = _rows_held_from(spark, table, in_slice, gone, whole_files=bool(folders))
     if lost:  # checked before the drain too (check_landing_files); here for files removed since
         _check_missing_allowed(table, plan, lost)
-    in_interval = F.expr(interval.slice_sql(column))
     path = str(paths.table_path(table.id))
     if present:
         planned = plan_table(sources.read_landing(spark, source, present), table)
         good = _shape_for_drift(spark, pipeline, table, planned.where(F.col(sources.ERROR).isNull()), path)
         dropped = {sources.RAW, sources.ERROR, sources.LINE_BUCKET, sources.NEW_FIELDS}
         now = F.lit(datetime.now(UTC)).cast("timestamp")
-        rows = good.select(*[c for c in good.columns if c not in dropped], now.alias("_ingested_at")).where(in_interval)
+        rows = good.select(*[c for c in good.columns if c not in dropped], now.alias("_ingested_at"))
         bad = planned.where(F.col(sources.ERROR).isNotNull()).select(
             F.col(sources.RAW).alias("raw"),
             F.col(sources.SOURCE_FILE).alias("source_file"),
@@ -207,19 +254,67 @@ def landing_slice(
         return None
     rows = rows.localCheckpoint(eager=True)  # fixed now: files may change before the commit
     bad = bad.localCheckpoint(eager=True) if bad is not None else None
-    condition = interval.slice_sql(column)
-    read_now = _names(rows, sources.SOURCE_FILE) | (_names(bad, "source_file") if bad is not None else set())
-    if folders:  # only the layout's folders were read: the rest of the interval's rows stay as they are
-        stored = _stored_files(spark, path, sources.SOURCE_FILE, F.expr(condition))
-        files = {name for name, file in stored.items() if file.startswith(tuple(folders))} | read_now
-        condition += " AND " + _in_list(sources.SOURCE_FILE, files)
+    # The files replaced whole: as the table stores their names (which the replaceWhere must match) and as this read
+    # wrote them (which the new rows carry), each compared by its path.
+    held = spark.read.format("delta").load(path) if delta_version(path) >= 0 else None
+    if folders:  # the layout's folders of the interval: every file the table holds from them, and every file read
+        stored = _stored_files(spark, path, sources.SOURCE_FILE) if held is not None else {}
+        old = {name for name, file in stored.items() if file.startswith(tuple(folders))}
+        new = _names(rows, sources.SOURCE_FILE)
+    else:  # every landing file was read: those holding rows of the interval, before or after
+        stored = _stored_files(spark, path, sources.SOURCE_FILE, F.expr(in_slice)) if held is not None else {}
+        old = set(stored)
+        wanted = {paths.from_uri(name) for name in old | _names(rows.where(F.expr(in_slice)), sources.SOURCE_FILE)}
+        new = {name for name in _names(rows, sources.SOURCE_FILE) if paths.from_uri(name) in wanted}
+        rows = rows.where(F.expr(_in_list(sources.SOURCE_FILE, new)))
+    condition = _in_list(sources.SOURCE_FILE, old | new)
+    before = held.where(condition) if held is not None else None
+    others = _changed_intervals(before, rows, column, interval)
+    if others:
+        print(
+            f"millpond: {table.id}: the files re-read for {interval.text} changed rows of other intervals too (moved "
+            f"to or from them, or corrected); the tables downstream rebuild those as well: "
+            f"{_some([i.text for i in others])}",
+            flush=True,
+        )
     # The quarantined lines of the files read now (a malformed line belongs to its file, not to an interval), and of
     # the files gone from landing only when the user allowed their removal: else they stay as they are.
     quarantine = str(paths.quarantine_path(table.id))
     replaced = set(present) | (set(gone) if plan.allow_missing_files else set())
-    stored = _stored_files(spark, quarantine, "source_file") if delta_version(quarantine) >= 0 else {}
-    held = {name for name, file in stored.items() if file in replaced}
-    return Slice(table, rows, condition, bad, _in_list("source_file", held | read_now), len(present))
+    if not folders and plan.allow_missing_files:  # without a layout: only the gone files the slice replaces
+        replaced = set(present) | set(lost)
+    read_now = _names(rows, sources.SOURCE_FILE) | (_names(bad, "source_file") if bad is not None else set())
+    lines = _stored_files(spark, quarantine, "source_file") if delta_version(quarantine) >= 0 else {}
+    kept = {name for name, file in lines.items() if file in replaced}
+    intervals = _merged((interval, *others, *recorded))
+    return Slice(table, rows, condition, bad, _in_list("source_file", kept | read_now), len(present), intervals)
+
+
+def _changed_intervals(before: DataFrame | None, after: DataFrame, column: str, interval: Interval) -> list[Interval]:
+    """The intervals other than `interval` (of its length, on its grid) where the replaced files' rows differ before
+    and after: where a correction moved a row to or from, or changed one. A file's unchanged rows of the next hour
+    (a file spanning the hour's end) ask nothing of that hour, which silver's watermark may still hold open."""
+    ignored = {sources.SOURCE_FILE, "_ingested_at"}  # as stored vs as read now: not the row's content
+    shared = [c for c in after.columns if c not in ignored and (before is None or c in before.columns)]
+
+    def as_text(frame: DataFrame) -> DataFrame:  # to_json: set operations refuse map columns
+        return frame.select(F.col(column), F.to_json(F.struct(*shared)).alias("_row"))
+
+    changed = as_text(after)
+    if before is not None:
+        changed = as_text(before).exceptAll(changed).unionByName(changed.exceptAll(as_text(before)))
+    return _other_intervals(changed, column, interval)
+
+
+def _other_intervals(frame: DataFrame, column: str, interval: Interval) -> list[Interval]:
+    """The intervals of the interval's length, on its grid, holding rows of the frame outside it."""
+    step = interval.end - interval.start
+    micros = step // timedelta(microseconds=1)
+    origin = int(interval.start.timestamp()) * 1_000_000 + interval.start.microsecond
+    index = F.floor((F.expr(f"unix_micros(`{column}`)") - F.lit(origin)) / F.lit(micros)).alias("k")
+    outside = F.col(column).isNotNull() & ~F.expr(interval.sql(column))
+    found = {int(r[0]) for r in frame.where(outside).select(index).distinct().collect()}
+    return [Interval(interval.start + k * step, interval.start + (k + 1) * step) for k in sorted(found)]
 
 
 class FilesGone(RuntimeError):
@@ -258,18 +353,23 @@ def interval_files(seen: list[str], root: LakePath, folders: list[str]) -> tuple
     return present, [f for f in wanted if f not in kept]
 
 
-def _rows_held_from(spark: SparkSession, table: Table, condition: str, gone: list[str]) -> dict[str, int]:
-    """Of the files gone from landing, those the table holds rows of the interval from, with their counts: the rows
-    the slice would delete. (Their quarantined lines are left alone unless the removal is allowed: landing_slice.)"""
+def _rows_held_from(
+    spark: SparkSession, table: Table, condition: str, gone: list[str], whole_files: bool = False
+) -> dict[str, int]:
+    """Of the files gone from landing, those whose rows the slice would delete, with their counts: every row of a
+    gone file holding rows matching `condition` (the slice replaces files whole), or with `whole_files` (the
+    interval's layout folders) every row of every gone file. (Their quarantined lines are left alone unless the
+    removal is allowed: landing_slice.)"""
     path = paths.table_path(table.id)
     if not gone or delta_version(path) < 0:
         return {}
     missing, held = set(gone), dict[str, int]()
-    frame = spark.read.format("delta").load(str(path)).where(condition)
-    for name, count in frame.groupBy(sources.SOURCE_FILE).count().collect():
+    frame = spark.read.format("delta").load(str(path))
+    matching = F.sum(F.when(F.expr(condition), 1).otherwise(0))
+    for name, rows, of_slice in frame.groupBy(sources.SOURCE_FILE).agg(F.count("*"), matching).collect():
         file = paths.from_uri(name) if name else None
-        if file is not None and file in missing:
-            held[file] = held.get(file, 0) + count
+        if file is not None and file in missing and (whole_files or of_slice):
+            held[file] = held.get(file, 0) + rows
     return held
 
 
@@ -295,13 +395,21 @@ def _some(names: list[str], shown: int = 5) -> str:
 
 
 def derived_slice(
-    spark: SparkSession, pipeline: Pipeline, table: Table, column: str, interval: Interval, upstream: Slice | None
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: Table,
+    column: str,
+    interval: Interval,
+    intervals: tuple[Interval, ...],
+    upstream: Slice | None,
 ) -> Slice | None:
-    """The interval's rows of a table downstream of a slice: the upstream's rows of the interval as they will be
-    after its commit, through the table's own plan (transform, dedup: batch semantics of the same operators)."""
+    """The rows of `intervals` (the one asked, and those the re-read files moved rows into or out of) of a table
+    downstream of a slice: the upstream's rows of them as they will be after its commit, through the table's own plan
+    (transform, dedup: batch semantics of the same operators; dedup keys hold the event time, so each key's rows lie
+    in one interval)."""
     # A stateful table's rows without event time are left as its stream wrote them: the watermark never closes
     # them, so its live state still holds their keys (docs/reprocess.md).
-    condition = interval.sql(column) if table.is_stateful else interval.slice_sql(column)
+    condition = covering_sql(intervals, column, with_nulls=not table.is_stateful)
     rows_of_interval = F.expr(condition)
     if delta_version(paths.table_path(table.source)) < 0 or delta_version(paths.table_path(table.id)) < 0:
         return None  # the upstream has no rows yet, or this table was never written: its next run reads them all
@@ -309,16 +417,16 @@ def derived_slice(
     if upstream is not None:
         kept = before.where(~F.expr(upstream.condition))
         before = kept.unionByName(upstream.rows.where(rows_of_interval), allowMissingColumns=True)
-    _check_event_time_kept(table, column, interval, before)
+    _check_event_time_kept(table, column, interval, condition, before)
     rows = plan_table(before, table).where(rows_of_interval)
-    return Slice(table, rows.localCheckpoint(eager=True), condition)
+    return Slice(table, rows.localCheckpoint(eager=True), condition, intervals=intervals)
 
 
 # The event time as the upstream holds it, carried through a transform the spec cannot show keeps it.
 _AS_READ = "__millpond_event_time_as_read"
 
 
-def _check_event_time_kept(table: Table, column: str, interval: Interval, before: DataFrame) -> None:
+def _check_event_time_kept(table: Table, column: str, interval: Interval, condition: str, before: DataFrame) -> None:
     """Refuse a slice whose transform changes the event time it slices by (Refused, nothing written).
 
     A SQL transform is followed at `millpond validate` (millpond.spec.event_time); a function's code, or SQL that
@@ -333,7 +441,7 @@ def _check_event_time_kept(table: Table, column: str, interval: Interval, before
     if _AS_READ in out.columns:
         moved = out.where(~F.col(column).eqNullSafe(F.col(_AS_READ))).select(_AS_READ, column)
     else:
-        moved = out.where(~F.expr(interval.slice_sql(column))).select(F.lit(None).alias(_AS_READ), column)
+        moved = out.where(~F.expr(condition)).select(F.lit(None).alias(_AS_READ), column)
     seen = moved.limit(3).collect()
     if seen:
         shown = ", ".join(f"{was} -> {now}" if was is not None else f"{now}" for was, now in seen)
@@ -354,7 +462,9 @@ def gated(spark: SparkSession, pipeline: Pipeline, piece: Slice, run: RunContext
     if not piece.table.expectations:
         return piece
     if piece.rows.isEmpty():  # nothing to validate; rows set aside for the interval before are replaced by none
-        return Slice(piece.table, piece.rows, piece.condition, *_empty_quarantine(spark, piece))
+        return Slice(
+            piece.table, piece.rows, piece.condition, *_empty_quarantine(spark, piece), intervals=piece.intervals
+        )
     from millpond.engine.quality import Gate
 
     quarantines = piece.table.id in run.quarantine_failures
@@ -373,7 +483,8 @@ def gated(spark: SparkSession, pipeline: Pipeline, piece: Slice, run: RunContext
     gate.publish(report)
     result.record_gate(report)
     empty, condition = _empty_quarantine(spark, piece)
-    return Slice(piece.table, good.localCheckpoint(eager=True), piece.condition, bad or empty, condition)
+    rows = good.localCheckpoint(eager=True)
+    return Slice(piece.table, rows, piece.condition, bad or empty, condition, intervals=piece.intervals)
 
 
 def _empty_quarantine(spark: SparkSession, piece: Slice) -> tuple[DataFrame | None, str]:

@@ -351,26 +351,35 @@ def watermark(pipeline: Pipeline, table: Table) -> datetime | None:
     return datetime.fromtimestamp(millis / 1000, UTC)
 
 
-def open_intervals(pipeline: Pipeline, plan: ReprocessPlan) -> dict[str, str]:
-    """The plan's stateful slice tables whose watermark has not passed the interval's end, each with the refusal
-    a reprocess gives when the interval holds rows (docs/reprocess.md).
+def open_intervals(pipeline: Pipeline, plan: ReprocessPlan, reach: datetime | None = None) -> dict[str, str]:
+    """The plan's stateful slice tables whose watermark has not passed the end of what the reprocess rebuilds, each
+    with the refusal a reprocess gives when that holds rows (docs/reprocess.md). `reach`: the latest end of the
+    intervals rebuilt (the re-read files may hold rows of intervals after the one asked); the interval's end if None.
 
     Such a table's live query still holds the interval's keys in its state: a row of the interval arriving later
     would be deduplicated against keys the reprocess may have removed, or let through beside keys it added. An
     interval with no rows, before or after, has no keys in any state, so it is not refused.
     """
+    end = max(reach or plan.interval.end, plan.interval.end)
+    if end == plan.interval.end:
+        what, fix = (
+            f"the interval ends at {end:%Y-%m-%dT%H:%M:%SZ}",
+            "reprocess an interval ending at or before the watermark, or wait until later data moves it past the interval's end",
+        )
+    else:
+        what = f"the files re-read hold rows up to {end:%Y-%m-%dT%H:%M:%SZ}, which the reprocess must rebuild too"
+        fix = f"check the event times of the interval's re-delivered files, or wait until later data moves the watermark past {end:%Y-%m-%dT%H:%M:%SZ}"
     found = {}
     for table_id in pipeline.downstream(list(plan.slices)):  # a table outside the run still reads the replacement
         table = pipeline.tables[table_id]
         if not (table.watermark and table.is_stateful):
             continue
         mark = watermark(pipeline, table)
-        if mark is not None and mark < plan.interval.end:  # None: no batch yet, so no state to disagree with
+        if mark is not None and mark < end:  # None: no batch yet, so no state to disagree with
             found[table_id] = (
-                f"{table_id}: the interval ends at {plan.interval.end:%Y-%m-%dT%H:%M:%SZ}, after the table's "
+                f"{table_id}: {what}, after the table's "
                 f"watermark {mark:%Y-%m-%dT%H:%M:%SZ} ({table.watermark.column} minus {table.watermark.delay}): rows "
                 "of the interval may still arrive, and the live query would check them against keys this reprocess "
-                "replaces. Nothing was replaced. Fix: reprocess an interval ending at or before the watermark, or "
-                "wait until later data moves it past the interval's end"
+                f"replaces. Nothing was replaced. Fix: {fix}"
             )
     return found

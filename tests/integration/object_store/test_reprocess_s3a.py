@@ -1,7 +1,8 @@
 """`millpond run --reprocess START/END` with `MILLPOND_LAKE=s3a://...` against a real S3 server, through real
 `millpond run` processes: one hour of a `layout` source re-delivered in the bucket (corrected content under the same
-names, one file removed, one added), rebuilt in every table from the bucket's files as they are now, each then equal
-to the plain-Python reference over a local copy of those files; the other hour's rows untouched. That the same
+names, one file removed, its rows removed as `--allow-missing-files` allows, one added), rebuilt in every table from
+the bucket's files as they are now, each then equal to the plain-Python reference over a local copy of those files;
+the other hour's rows untouched. That the same
 reprocess again changes nothing is tested on a folder lake without a layout (test_reprocess_cli.py), not here.
 
 Tables are read back by delta-rs (tests/support/lake_tables.py): the runs are the only JVMs.
@@ -84,7 +85,8 @@ def test_a_redelivered_hour_in_the_bucket_is_rebuilt_and_the_other_hour_is_untou
     removed.unlink()
     s3_bucket.client().delete_object(Bucket=s3_bucket.name, Key=f"lake/landing/activity/{folder(0)}/{removed.name}")
     land(s3_bucket, landing, 0, seed=12, files=1, first=FILES)
-    said = run(spec, "--reprocess", HOUR_0, "--run-id", "reprocess")
+    said = run(spec, "--reprocess", HOUR_0, "--allow-missing-files", "--run-id", "reprocess")
+    assert re.search(r"removes the \d+ row\(s\) of 1 file\(s\) no longer in landing.*activity-000003\.json", said), said
     # The stream read the added file once; the slice read the hour's 4 files in the bucket (3 corrected, 1 new).
     assert re.search(r"bronze\.activity: reprocessed \S+: \d+ row\(s\) replaced by \d+ from 4 file\(s\)", said), said
     assert_matches_reference_rs(activity_reference(landing, recursive=True))

@@ -15,6 +15,7 @@ import pytest
 from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
 from millpond.lake import pending_reprocess
 from tests.support.lake_tables import assert_matches_reference
+from tests.support.redelivery import move_event_time
 from tests.support.reference import activity_reference
 from tests.support.stress import assert_nothing_left, run_in_process, start_run
 
@@ -37,7 +38,13 @@ def run(lake: Path, fault: str | None = None, args: tuple[str, ...] = HOUR_1) ->
 
 
 def redeliver_hour_1(landing: Path, seed: int) -> None:
-    activity_files(landing, FILES_PER_HOUR, 50, duplicates=0.1, malformed=0.05, seed=seed, start_index=FILES_PER_HOUR)
+    """Hour 1's files anew, one record of the first corrected into hour 0: its file is replaced whole, and the run
+    that finishes a killed reprocess rebuilds hour 0 downstream from the pending record (bronze no longer shows the
+    move). The next round's file puts that record back into hour 1, so the row of hour 0 must go again."""
+    landed = activity_files(
+        landing, FILES_PER_HOUR, 50, duplicates=0.1, malformed=0.05, seed=seed, start_index=FILES_PER_HOUR
+    )
+    move_event_time(landed[0], 0, "2026-11-01T00:20:00.000Z")
 
 
 # Each case: the faults that kill the reprocess in turn, then the rerun that finishes it.

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from millpond.engine.reprocess import FilesGone, interval_files
+from millpond.engine.reprocess import FilesGone, covering_sql, interval_files
 from millpond.lake import paths
+from millpond.spec.reprocess import parse_interval
 
 pytestmark = pytest.mark.unit
 
@@ -68,3 +69,17 @@ def test_logged_uris_name_store_locations_decoded_and_local_paths_decoded():
     assert paths.from_uri("s3://bucket/lake/x.json") == "s3a://bucket/lake/x.json"
     assert paths.from_uri("file:///tmp/lake/landing/b%20c.json") == "/tmp/lake/landing/b c.json"
     assert str(paths.as_lake_path(paths.from_uri("s3a://bucket/lake/a.json"))) == "s3a://bucket/lake/a.json"
+
+
+def test_the_intervals_a_correction_touched_are_one_predicate_adjacent_ones_merged():
+    """Silver rebuilds every interval the re-read files hold rows of, before or after: hours 1, 2 and 4 are two
+    ranges, and the rows with no event time only where the table keeps no state."""
+    hours = [parse_interval(f"2026-11-01T0{h}:00:00Z/2026-11-01T0{h + 1}:00:00Z") for h in (4, 1, 2, 1)]
+    stateful = covering_sql(tuple(hours), "Recorded_At", with_nulls=False)
+    assert stateful == (
+        "((`Recorded_At` >= TIMESTAMP'2026-11-01 01:00:00.000000+00:00' AND "
+        "`Recorded_At` < TIMESTAMP'2026-11-01 03:00:00.000000+00:00') OR "
+        "(`Recorded_At` >= TIMESTAMP'2026-11-01 04:00:00.000000+00:00' AND "
+        "`Recorded_At` < TIMESTAMP'2026-11-01 05:00:00.000000+00:00'))"
+    )
+    assert covering_sql(tuple(hours), "Recorded_At", with_nulls=True) == stateful[:-1] + " OR `Recorded_At` IS NULL)"

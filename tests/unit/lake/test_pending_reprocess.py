@@ -66,3 +66,17 @@ def test_a_new_version_is_above_the_one_the_table_committed_whatever_the_clock_s
     ahead = 10**18  # microseconds far in the future: the table was written by a host whose clock runs ahead
     versions = pending_reprocess.begin("activity", HOUR, ["silver.activity"], committed={"silver.activity": ahead})
     assert versions["silver.activity"] > ahead
+
+
+def test_the_other_intervals_a_reprocess_rebuilds_are_kept_until_it_is_finished(lake):
+    """Once bronze's files are replaced whole, its old rows in the intervals a correction moved them out of are gone:
+    only the record tells the run that finishes the reprocess to rebuild those downstream too. A rerun that finds
+    more adds to them; they go with the entry."""
+    earlier, later = "2026-11-01T01:00:00Z/2026-11-01T02:00:00Z", "2026-11-01T03:00:00Z/2026-11-01T04:00:00Z"
+    pending_reprocess.begin("activity", HOUR, ["bronze.activity", "silver.activity"], also=[earlier])
+    pending_reprocess.done("activity", HOUR, "bronze.activity")
+    pending_reprocess.begin("activity", HOUR, ["silver.activity"], also=[later])
+    assert pending_reprocess.also("activity", HOUR) == [earlier, later]
+    assert pending_reprocess.also("activity", DAY) == []
+    pending_reprocess.done("activity", HOUR, "silver.activity")
+    assert pending_reprocess.also("activity", HOUR) == []
