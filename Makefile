@@ -68,10 +68,12 @@ $(REPORT_ASSETS)/.fetched: build/report-assets.pom.xml
 	    -DoutputDirectory=$(CURDIR)/$(REPORT_ASSETS) -DexcludeTransitive=true -Dincludes='META-INF/resources/webjars/**'
 	touch $@
 
-# millpond's Spark functions (jvm/, registered by millpond/engine/session.py), compiled against the venv's pyspark.
+# millpond's Spark functions (jvm/, registered by millpond/engine/session.py) and its Delta log store for S3, compiled
+# against the venv's pyspark and the delta-storage jar `jars` fetches (the log store extends delta-storage's).
 jvm: $(JARS)/millpond-spark.jar
-$(JARS)/millpond-spark.jar: jvm/build.sh $(wildcard jvm/src/main/java/millpond/spark/*.java) $(VENV)/.installed
-	jvm/build.sh $(BIN)/python $@
+$(JARS)/millpond-spark.jar: jvm/build.sh $(wildcard jvm/src/main/java/millpond/spark/*.java) $(VENV)/.installed \
+    $(JARS)/.fetched
+	jvm/build.sh $(BIN)/python $@ $(JARS)
 
 # A Kafka broker (KRaft, millpond/dev/kafka_broker.py) for the tests and for `make kafka-up`: the kafka_2.13 jars and
 # their transitive deps, kept apart from Spark's classpath.
@@ -229,5 +231,5 @@ clean-lake:
 
 # The installable package, millpond's Spark functions jar inside it: dist/millpond-<version>-py3-none-any.whl.
 .PHONY: wheel
-wheel: $(VENV)/.installed
+wheel: $(VENV)/.installed $(JARS)/.fetched
 	scripts/build-wheel.sh $(BIN)/python dist

@@ -21,9 +21,12 @@ from millpond.lake.object_store import S3Access, is_object_store
 
 HADOOP_AWS = "hadoop-aws-3.5.0.jar"
 SDK_BUNDLE_PREFIX = "bundle-2."
-# Delta's log store for S3 (delta-storage): atomic commits as long as one driver writes a table, which the pipeline
-# lease (millpond/lake/lease.py) ensures across machines.
-SINGLE_DRIVER_LOG_STORE = "io.delta.storage.S3SingleDriverLogStore"
+# Delta's log store for S3: millpond's (jvm/src/main/java/millpond/spark/ConditionalS3LogStore.java, in the
+# functions jar every session and engine ships), which creates each commit file with `If-None-Match: *` so the store
+# decides which of two writers of a version wins and the other retries above it. delta-storage's
+# S3SingleDriverLogStore, which it extends, checks then PUTs, and silently overwrites a commit another machine made
+# in between.
+CONDITIONAL_LOG_STORE = "millpond.spark.ConditionalS3LogStore"
 # Set on every session of an engine started for an object-store lake, never on a folder lake's: a run on a bucket
 # lake reads it to refuse an engine without s3a (millpond.engine.session.connect_session).
 S3A_LOG_STORE = "spark.delta.logStore.s3a.impl"
@@ -59,8 +62,8 @@ def s3a_conf(access: S3Access | None = None) -> dict[str, str]:
         # SDK's own default (a CRC on every request) is refused by S3-compatible servers such as s3proxy.
         "spark.hadoop.fs.s3a.checksum.generation": "false",
         "spark.hadoop.fs.s3a.request.md5.header": "true",
-        S3A_LOG_STORE: SINGLE_DRIVER_LOG_STORE,
-        "spark.delta.logStore.s3.impl": SINGLE_DRIVER_LOG_STORE,
+        S3A_LOG_STORE: CONDITIONAL_LOG_STORE,
+        "spark.delta.logStore.s3.impl": CONDITIONAL_LOG_STORE,
     }
     if access.endpoint:  # an S3-compatible server: path-style addressing, plain http when its URL says so
         conf |= {

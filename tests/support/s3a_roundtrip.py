@@ -6,7 +6,9 @@ environment (never from its command line) and prints one JSON line of what it fo
 
 Steps: two Delta appends and a read; an availableNow json -> Delta stream over the landing folder, run three times
 (a new landing file arrives before the second run; the third finds nothing new). Each stream run's S3 requests are
-counted by S3A itself (IOStatistics of the cached filesystem instance: LIST, HEAD, GET, PUT, DELETE, COPY).
+counted by S3A itself (IOStatistics of the cached filesystem instance: LIST, HEAD, GET, PUT, DELETE, COPY). Then two
+commits through Delta's log store as the session configures it, each raced by another writer's PUT of the same
+`_delta_log` entry (`commit_race`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import json
 import sys
 import time
 
+from py4j.protocol import Py4JJavaError
+from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 
 from millpond import settings
+from millpond.engine import s3a
 from millpond.engine.session import build_spark_session
 from millpond.lake.object_store import S3Location, client
 
@@ -46,6 +51,69 @@ def mark(lake: str, name: str) -> None:
     server's request log can tell which requests each stream run made."""
     location = S3Location.parse(lake)
     client().list_objects_v2(Bucket=location.bucket, Prefix=f"_marker/{name}")
+
+
+class RacingActions:
+    """A commit's lines as a java.util.Iterator whose first next() makes another writer PUT the same log entry first,
+    after the log store has checked that the entry is absent and before it uploads its own."""
+
+    def __init__(self, bucket: str, key: str, lines: list[str], other: bytes) -> None:
+        self.bucket, self.key, self.lines, self.other = bucket, key, list(lines), other
+
+    def hasNext(self) -> bool:  # noqa: N802 (java.util.Iterator)
+        return bool(self.lines)
+
+    def next(self) -> str:
+        if self.other:
+            client().put_object(Bucket=self.bucket, Key=self.key, Body=self.other)
+            self.other = b""
+        return self.lines.pop(0)
+
+    class Java:
+        implements = ["java.util.Iterator"]
+
+
+def commit_race(spark: SparkSession, lake: str) -> dict[str, object]:
+    """Version 0 of three tables written through Delta's log store for the lake's scheme, built from the session's
+    conf as Delta builds it (`LogStore.createLogStore`). `lost`: another writer PUTs a different commit of the same
+    entry after the store found it absent, so this write must fail with FileAlreadyExistsException (Delta then
+    retries above it) and leave the other's; `retried`: the entry already holds exactly this write's bytes (a PUT that
+    landed, whose reply was lost), so the write stands; `unconditional`: S3A's conditional create switched off, so
+    the write must be refused, not made unconditionally. Returns what each raised and what each entry holds."""
+    jvm = spark.sparkContext._jvm
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    provider = getattr(getattr(jvm.org.apache.spark.sql.delta.storage, "LogStore$"), "MODULE$")
+    store = provider.createLogStore(spark._jsparkSession)
+    session_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    unconditional = jvm.org.apache.hadoop.conf.Configuration(session_conf)
+    unconditional.set("fs.s3a.create.conditional.enabled", "false")
+    unconditional.set("fs.s3a.impl.disable.cache", "true")
+    mine = ['{"commitInfo":{"writer":"this"}}', '{"add":{"path":"mine.parquet"}}']
+    sent = "".join(line + "\n" for line in mine).encode()
+    other = b'{"commitInfo":{"writer":"other"}}\n'
+    outcome: dict[str, object] = {"log_store": spark.conf.get(s3a.S3A_LOG_STORE)}
+    for case, raced_with, hadoop_conf in [
+        ("lost", other, session_conf),
+        ("retried", sent, session_conf),
+        ("unconditional", b"", unconditional),
+    ]:
+        entry = S3Location.parse(f"{lake}/_race/{case}/_delta_log/00000000000000000000.json")
+        actions = RacingActions(entry.bucket, entry.key, mine, raced_with)
+        try:
+            store.write(
+                jvm.org.apache.hadoop.fs.Path(entry.url),
+                jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions),
+                False,
+                hadoop_conf,
+            )
+            raised = None
+        except Py4JJavaError as error:
+            raised = error.java_exception.getClass().getName()
+        found = client().list_objects_v2(Bucket=entry.bucket, Prefix=entry.key).get("KeyCount", 0)
+        held = client().get_object(Bucket=entry.bucket, Key=entry.key)["Body"].read() if found else None
+        holds = None if held is None else "mine" if held == sent else "other" if held == other else held.decode()
+        outcome[case] = {"raised": raised, "holds": holds}
+    return outcome
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         result["stream_runs"] = runs
         result["stream_requests"] = requests
         result["streamed"] = sorted([r.id, r.name] for r in spark.read.format("delta").load(streamed).collect())
+        t = time.monotonic()
+        result["commit_race"] = commit_race(spark, lake)
+        seconds["commit_race"] = time.monotonic() - t
     finally:
         spark.stop()
     result["seconds"] = {k: round(v, 1) for k, v in seconds.items()}

@@ -1,6 +1,7 @@
 """Spark and Delta on an s3a:// lake against a real S3 server (s3proxy): appends, reads and an availableNow file
-stream whose checkpoint lives in the bucket, in a process that starts its JVM for that lake as a run does. The
-server logs every request, so each stream run's S3 requests are counted on the server's side too."""
+stream whose checkpoint lives in the bucket, in a process that starts its JVM for that lake as a run does, and Delta
+commits raced by another writer's PUT of the same log entry. The server logs every request, so each stream run's S3
+requests are counted on the server's side too."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def per_stream_run(requests: list[tuple[str, str]]) -> list[dict[str, int]]:
     return runs
 
 
-def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(logged_bucket):
+def test_delta_appends_reads_a_file_stream_and_raced_commits_on_s3a(logged_bucket):
     s3_bucket = logged_bucket
     s3 = s3_bucket.client()
     for i in range(2):
@@ -89,6 +90,16 @@ def test_delta_appends_reads_and_an_incremental_file_stream_on_s3a(logged_bucket
     assert appended.version() == 1 and sorted(appended.to_pyarrow_table()["id"].to_pylist()) == list(range(8))
     first, increment, nothing_new = result["stream_requests"]
     assert nothing_new["PUT"] < increment["PUT"] and nothing_new["GET"] <= increment["GET"]
+    # A commit raced by another writer that PUT the same _delta_log entry after the log store found it absent
+    # (s3a_roundtrip.commit_race, through the log store Delta builds from the session's conf): the loser gets
+    # FileAlreadyExistsException, which Delta retries above the winner, and the winner's entry stays; an entry that
+    # already holds this very write's bytes (a PUT that landed, then its retry refused) is this write's, and stands.
+    race = result["commit_race"]
+    assert race["lost"] == {"raised": "java.nio.file.FileAlreadyExistsException", "holds": "other"}, race
+    assert race["retried"] == {"raised": None, "holds": "mine"}, race
+    # S3A's conditional create switched off: refused (hadoop-aws's "Conditional Writes Unavailable"), not written
+    assert race["unconditional"] == {"raised": "org.apache.hadoop.fs.PathIOException", "holds": None}, race
+    assert race["log_store"] == "millpond.spark.ConditionalS3LogStore"
     served = per_stream_run(s3_bucket.server.requests())
     assert len(served) == 3 and served[2]["PUT"] == 0 < served[1]["PUT"]
     print("s3a timings (s):", result["seconds"])

@@ -68,7 +68,8 @@ def test_spark_settings_for_s3a_never_carry_a_credential():
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
-    assert conf["spark.delta.logStore.s3a.impl"] == "io.delta.storage.S3SingleDriverLogStore"
+    log_store = "millpond.spark.ConditionalS3LogStore"  # jvm/: commit files created only if absent
+    assert conf["spark.delta.logStore.s3a.impl"] == conf["spark.delta.logStore.s3.impl"] == log_store
     on_aws = s3a.s3a_conf(S3Access.from_mapping({"AWS_REGION": "eu-west-1"}))
     assert "spark.hadoop.fs.s3a.endpoint" not in on_aws and "spark.hadoop.fs.s3a.path.style.access" not in on_aws
 
