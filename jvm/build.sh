@@ -11,7 +11,7 @@ command -v javac >/dev/null || {
     echo "error: javac not found; it compiles millpond's Spark functions (jvm/). Fix: install a JDK 17 (apt-get install openjdk-17-jdk-headless)"
     exit 1
 }
-delta_storage=$(find "$jars" -maxdepth 1 -name 'delta-storage-*.jar' 2>/dev/null | sort | tail -n 1)
+delta_storage=$(find "$jars" -maxdepth 1 -name 'delta-storage-*.jar' 2>/dev/null | sort -V | tail -n 1)
 [ -n "$delta_storage" ] || {
     echo "error: delta-storage-*.jar not found in $jars; millpond's Delta log store (jvm/) compiles against it. Fix: run \`make jars\` (or \`millpond jars\`), or pass the folder holding it"
     exit 1

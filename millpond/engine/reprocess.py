@@ -5,9 +5,10 @@ is read once, by the stream, and logged as seen) and rebuilding the complete-mod
 checkpoint, reading the upstream's snapshot). Here, in dependency order:
 
 1. every slice is computed and materialised: a landing table's from the files its stream has logged as read (those
-   of the interval's layout folders, or all of them), parsed exactly as the stream parses; a downstream table's
-   from its upstream's rows of the interval as they will be (kept rows plus the new slice), through the same plan
-   (transform, dedup) and the same gate;
+   of the interval's layout folders, or all of them), parsed exactly as the stream parses, each file of the interval
+   replaced whole; a downstream table's from its upstream's rows of the interval, and of the other intervals where
+   those files' rows changed, as they will be (kept rows plus the new slice), through the same plan (transform,
+   dedup) and the same gate;
 2. a blocking gate failure stops here: nothing is written;
 3. each table gets ONE Delta commit replacing its slice (`replaceWhere`), and its quarantine one more.
 
@@ -97,7 +98,7 @@ def replace_slices(
     Raises TableFailed naming the table: before any commit when a slice cannot be computed or its gate blocks.
     """
     interval = plan.interval
-    recorded = tuple(parse_interval(text) for text in pending_reprocess.also(pipeline.name, interval.text))
+    recorded = tuple(parse_interval(text) for text in pending_reprocess.other_intervals(pipeline.name, interval.text))
     slices: dict[str, Slice] = {}
     for table_id, column in plan.slices.items():
         table = pipeline.tables[table_id]
@@ -127,7 +128,7 @@ def replace_slices(
     changing = {t: p for t, p in slices.items() if _changes(spark, p)}
     for table_id in slices.keys() - changing.keys():
         results[table_id].rows_replaced = results[table_id].rows_replaced or 0
-        print(f"millpond: {table_id}: reprocessed {interval.text}: no row of the interval before or after", flush=True)
+        print(f"millpond: {table_id}: reprocessed {interval.text}: nothing to replace, before or after", flush=True)
     if not changing:
         return
     rebuilt = _merged((interval, *recorded, *(i for piece in changing.values() for i in piece.intervals)))
@@ -140,9 +141,9 @@ def replace_slices(
     app_id = TXN_APP_ID.format(interval=interval.text)
     committed = {t: _committed_txn(paths.table_path(t), app_id) for t in changing}
     owed = pipeline.downstream(list(changing))
-    also = [i.text for i in rebuilt if i != interval]
+    others = [i.text for i in rebuilt if i != interval]
     versions = pending_reprocess.begin(
-        pipeline.name, interval.text, owed, committed, plan.allow_missing_files, also=also
+        pipeline.name, interval.text, owed, committed, plan.allow_missing_files, other_intervals=others
     )
     for table_id, piece in changing.items():
         commit(spark, pipeline.name, piece, interval, run, results[table_id], Txn(app_id, versions[table_id]))
@@ -261,10 +262,12 @@ def landing_slice(
         stored = _stored_files(spark, path, sources.SOURCE_FILE) if held is not None else {}
         old = {name for name, file in stored.items() if file.startswith(tuple(folders))}
         new = _names(rows, sources.SOURCE_FILE)
-    else:  # every landing file was read: those holding rows of the interval, before or after
-        stored = _stored_files(spark, path, sources.SOURCE_FILE, F.expr(in_slice)) if held is not None else {}
-        old = set(stored)
-        wanted = {paths.from_uri(name) for name in old | _names(rows.where(F.expr(in_slice)), sources.SOURCE_FILE)}
+    else:  # every landing file was read: those holding rows of the interval, before or after, each by its path
+        of_slice = _stored_files(spark, path, sources.SOURCE_FILE, F.expr(in_slice)) if held is not None else {}
+        read_of_slice = _names(rows.where(F.expr(in_slice)), sources.SOURCE_FILE)
+        wanted = set(of_slice.values()) | {paths.from_uri(name) for name in read_of_slice}
+        stored = _stored_files(spark, path, sources.SOURCE_FILE) if held is not None else {}
+        old = {name for name, file in stored.items() if file in wanted}
         new = {name for name in _names(rows, sources.SOURCE_FILE) if paths.from_uri(name) in wanted}
         rows = rows.where(F.expr(_in_list(sources.SOURCE_FILE, new)))
     condition = _in_list(sources.SOURCE_FILE, old | new)
@@ -287,7 +290,8 @@ def landing_slice(
     lines = _stored_files(spark, quarantine, "source_file") if delta_version(quarantine) >= 0 else {}
     kept = {name for name, file in lines.items() if file in replaced}
     intervals = _merged((interval, *others, *recorded))
-    return Slice(table, rows, condition, bad, _in_list("source_file", kept | read_now), len(present), intervals)
+    files = len(present) if folders else len({paths.from_uri(name) for name in new})  # the files replaced
+    return Slice(table, rows, condition, bad, _in_list("source_file", kept | read_now), files, intervals)
 
 
 def _changed_intervals(before: DataFrame | None, after: DataFrame, column: str, interval: Interval) -> list[Interval]:
@@ -310,8 +314,9 @@ def _other_intervals(frame: DataFrame, column: str, interval: Interval) -> list[
     """The intervals of the interval's length, on its grid, holding rows of the frame outside it."""
     step = interval.end - interval.start
     micros = step // timedelta(microseconds=1)
-    origin = int(interval.start.timestamp()) * 1_000_000 + interval.start.microsecond
-    index = F.floor((F.expr(f"unix_micros(`{column}`)") - F.lit(origin)) / F.lit(micros)).alias("k")
+    origin = (interval.start - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    since = f"(unix_micros(`{column}`) - {origin})"
+    index = F.expr(f"({since} - pmod({since}, {micros})) div {micros}").alias("k")  # exact floor, no double
     outside = F.col(column).isNotNull() & ~F.expr(interval.sql(column))
     found = {int(r[0]) for r in frame.where(outside).select(index).distinct().collect()}
     return [Interval(interval.start + k * step, interval.start + (k + 1) * step) for k in sorted(found)]
@@ -415,7 +420,7 @@ def derived_slice(
         return None  # the upstream has no rows yet, or this table was never written: its next run reads them all
     before = spark.read.format("delta").load(str(paths.table_path(table.source))).where(rows_of_interval)
     if upstream is not None:
-        kept = before.where(~F.expr(upstream.condition))
+        kept = before.where(~F.coalesce(F.expr(upstream.condition), F.lit(False)))  # a null event time: kept
         before = kept.unionByName(upstream.rows.where(rows_of_interval), allowMissingColumns=True)
     _check_event_time_kept(table, column, interval, condition, before)
     rows = plan_table(before, table).where(rows_of_interval)

@@ -361,14 +361,16 @@ def open_intervals(pipeline: Pipeline, plan: ReprocessPlan, reach: datetime | No
     interval with no rows, before or after, has no keys in any state, so it is not refused.
     """
     end = max(reach or plan.interval.end, plan.interval.end)
+    stamp = f"{end:%Y-%m-%dT%H:%M:%SZ}"
     if end == plan.interval.end:
-        what, fix = (
-            f"the interval ends at {end:%Y-%m-%dT%H:%M:%SZ}",
-            "reprocess an interval ending at or before the watermark, or wait until later data moves it past the interval's end",
-        )
+        what = f"the interval ends at {stamp}"
+        fix = "reprocess an interval ending at or before the watermark, or wait until later data moves it past the end"
     else:
-        what = f"the files re-read hold rows up to {end:%Y-%m-%dT%H:%M:%SZ}, which the reprocess must rebuild too"
-        fix = f"check the event times of the interval's re-delivered files, or wait until later data moves the watermark past {end:%Y-%m-%dT%H:%M:%SZ}"
+        what = f"the files re-read changed rows of intervals up to {stamp}, which the reprocess rebuilds too"
+        fix = (
+            "check the event times in the interval's re-delivered files, or wait until later data moves the "
+            f"watermark past {stamp}"
+        )
     found = {}
     for table_id in pipeline.downstream(list(plan.slices)):  # a table outside the run still reads the replacement
         table = pipeline.tables[table_id]

@@ -35,7 +35,7 @@ def begin(
     tables: list[str],
     committed: Mapping[str, int] | None = None,
     allow_missing_files: bool = False,
-    also: list[str] | None = None,
+    other_intervals: list[str] | None = None,
 ) -> dict[str, int]:
     """Record that the interval owes `tables`; return the Delta transaction version each table's commit carries.
 
@@ -46,7 +46,7 @@ def begin(
     holds and above `committed` (the table's committed version of this interval's app id, read from its log: a
     clock behind the last writer's cannot make Delta skip a new slice). `allow_missing_files`: the user allowed this
     reprocess to remove the rows of landing files gone since they were read; the run that finishes it may too.
-    `also`: the other intervals where the re-read files' rows changed (reprocess.landing_slice): once
+    `other_intervals`: the intervals where the re-read files' rows changed (reprocess.landing_slice): once
     the landing table is replaced, its old rows there are gone, so only this record tells the run that finishes the
     reprocess which intervals the tables downstream must rebuild too."""
     committed = committed or {}
@@ -62,7 +62,7 @@ def begin(
             versions[table] = max(fresh, committed.get(table, -1) + 1)
     entry["tables"] = entry["tables"] + [t for t in tables if t not in entry["tables"]]
     entry["allow_missing_files"] = allow_missing_files
-    entry["also"] = sorted(set(entry.get("also", [])) | set(also or []))
+    entry["other_intervals"] = sorted(set(entry.get("other_intervals", [])) | set(other_intervals or []))
     _write(pipeline, entries)
     return {table: versions[table] for table in tables}
 
@@ -88,10 +88,11 @@ def rebuilt(pipeline: str, table_id: str, upstreams: set[str]) -> None:
     _write(pipeline, [e for e in entries if e["tables"]])
 
 
-def also(pipeline: str, interval: str) -> list[str]:
-    """The other intervals an unfinished reprocess of `interval` rebuilds downstream ([]: none, or no such entry)."""
+def other_intervals(pipeline: str, interval: str) -> list[str]:
+    """The intervals besides its own an unfinished reprocess of `interval` rebuilds downstream ([]: none, or no
+    such entry)."""
     entry = next((e for e in pending(pipeline) if e["interval"] == interval), {})
-    return list(entry.get("also", []))
+    return list(entry.get("other_intervals", []))
 
 
 def owed(pipeline: str) -> set[str]:

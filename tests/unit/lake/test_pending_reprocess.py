@@ -73,10 +73,10 @@ def test_the_other_intervals_a_reprocess_rebuilds_are_kept_until_it_is_finished(
     only the record tells the run that finishes the reprocess to rebuild those downstream too. A rerun that finds
     more adds to them; they go with the entry."""
     earlier, later = "2026-11-01T01:00:00Z/2026-11-01T02:00:00Z", "2026-11-01T03:00:00Z/2026-11-01T04:00:00Z"
-    pending_reprocess.begin("activity", HOUR, ["bronze.activity", "silver.activity"], also=[earlier])
+    pending_reprocess.begin("activity", HOUR, ["bronze.activity", "silver.activity"], other_intervals=[earlier])
     pending_reprocess.done("activity", HOUR, "bronze.activity")
-    pending_reprocess.begin("activity", HOUR, ["silver.activity"], also=[later])
-    assert pending_reprocess.also("activity", HOUR) == [earlier, later]
-    assert pending_reprocess.also("activity", DAY) == []
+    pending_reprocess.begin("activity", HOUR, ["silver.activity"], other_intervals=[later])
+    assert pending_reprocess.other_intervals("activity", HOUR) == [earlier, later]
+    assert pending_reprocess.other_intervals("activity", DAY) == []
     pending_reprocess.done("activity", HOUR, "silver.activity")
-    assert pending_reprocess.also("activity", HOUR) == []
+    assert pending_reprocess.other_intervals("activity", HOUR) == []
