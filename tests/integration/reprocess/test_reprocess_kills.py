@@ -30,11 +30,19 @@ def run(lake: Path, fault: str | None = None, args: tuple[str, ...] = HOUR_1) ->
     out, _ = proc.communicate(timeout=600)
     if fault:
         assert proc.returncode == -signal.SIGKILL, (
-            f"expected a SIGKILL at {fault}, got {proc.returncode}:\n{out[-3000:]}"
+            f"expected a SIGKILL at {fault}, got {proc.returncode}:\n{failure_lines(out)}"
         )
         assert_nothing_left(proc)
     else:
-        assert proc.returncode == 0, out[-3000:]
+        assert proc.returncode == 0, failure_lines(out)
+
+
+def failure_lines(out: str) -> str:
+    """A failed run's own words: millpond's lines and the errors' first lines, not the JVM's stack frames."""
+    lines = [
+        ln for ln in out.splitlines() if not ln.lstrip().startswith(("at ", "...")) and "great_expectations" not in ln
+    ]
+    return "\n".join(lines)[-6000:]
 
 
 def redeliver_hour_1(landing: Path, seed: int) -> None:
