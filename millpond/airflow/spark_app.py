@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from millpond import settings
 from millpond.engine import s3a, speedups
+from millpond.engine.spark_conf import base_conf
 from millpond.lake import paths
 
 SPARK_CONN_ID = "spark_millpond"
@@ -76,8 +77,6 @@ def job_env() -> dict[str, str]:
 def spark_conf(master: str) -> dict[str, str]:
     """The session conf every millpond application shares (the job sets it itself outside spark-submit), with an
     object-store lake's s3a settings and, under a local master, its jars on the driver's classpath."""
-    from millpond.engine.session import base_conf  # imports pyspark: only at task run time
-
     launch = {k: v for k, v in s3a.launch_conf(master).items() if k != "spark.jars"}  # those go to --jars
     return {
         **base_conf(),

@@ -43,11 +43,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from millpond import settings
+from millpond.engine import class_archive, jars, s3a
+from millpond.engine.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 from millpond.lake import paths
+from millpond.spec import Pipeline, SpecError, load_pipeline
 
 if TYPE_CHECKING:
     from millpond.lake.paths import LakePath
-    from millpond.spec import Pipeline
 
 FINGERPRINT_CONF = "spark.millpond.fingerprint"
 TRANSFORMS_CONF = "spark.millpond.transforms"  # JSON: {"transforms:<package>": hash} of the project at start
@@ -112,7 +114,6 @@ def code_fingerprint(pipeline: Pipeline | None = None) -> tuple[str, dict[str, s
     share an engine, and a changed package refuses only the runs that import it. Without `pipeline`, the packages of
     every spec in the pipelines folder (what `millpond engine start` records)."""
     import millpond
-    from millpond.engine import jars
 
     package = Path(millpond.__file__).resolve().parent
     parts = {
@@ -154,7 +155,6 @@ def _hash_files(base: Path | None, files: list[Path]) -> str:
 def _hash_transforms(pipeline: Pipeline | None) -> dict[str, str]:
     """`transforms:<package>` -> hash of each project package the pipeline's (or every spec's) transforms or stateful
     functions are imported from."""
-    from millpond.spec import SpecError, load_pipeline
 
     if pipeline is not None:
         pipelines = [pipeline]
@@ -297,8 +297,6 @@ def server_command(
     with the AWS_* variables of the environment it was started in). With `token`, Spark's own ports and its UI are
     closed too (`_spark_transport_conf`, `_ui_conf`); without (a private container network) they stay as Spark's
     defaults, as the Connect port does."""
-    from millpond.engine import class_archive, jars, s3a
-    from millpond.engine.session import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None, "pyspark is a dependency of millpond"

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from millpond import settings
+from millpond.engine.run_guard import server_guard
 
 
 def inject_fault(table_id: str, point: str, batch_id: int | None = None) -> None:
@@ -46,10 +47,8 @@ def _pause(marker: Path, limit_seconds: float = 300) -> None:
 
 
 def _crash() -> None:
-    """SIGKILL the run. In an engine's batch worker (millpond.engine.connect_batch) the run is the client process
+    """SIGKILL the run. In an engine's batch worker (millpond.engine.connect_batch, millpond.engine.run_guard) the run is the client process
     holding the pipeline lock: it is killed, and the batch goes on until its next commit finds the run gone."""
-    from millpond.engine.connect_batch import server_guard
-
     guard = server_guard()
     if guard is None:
         os.kill(os.getpid(), signal.SIGKILL)

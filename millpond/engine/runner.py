@@ -17,12 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from millpond.engine import driver_jit, speedups
+from millpond.engine import driver_jit, run_guard, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess
 from millpond.lake.lease import LeaseLost
-from millpond.lake.lock import LakeNotWritable, PipelineBusy, pipeline_lock
+from millpond.lake.lock import pipeline_lock
+from millpond.lake.lock_errors import LakeNotWritable, PipelineBusy
 from millpond.runs import event_log
-from millpond.runs.run_record import RunContext, TableResult, cli_run_id
+from millpond.runs.run_ids import cli_run_id
+from millpond.runs.run_record import RunContext, TableResult
 from millpond.settings import SettingError
 from millpond.spec import LAYERS, FileSource, Pipeline, SpecError, Table, environment_problems, load_pipeline
 from millpond.spec.reprocess import ReprocessPlan, parse_interval, plan_reprocess
@@ -249,7 +251,7 @@ def _run_locked(
     # Heavy imports only now: validation and lock errors above answer in well under a second.
     from pyspark import SparkContext
 
-    from millpond.engine.connect_batch import guard_for, reports_folder
+    from millpond.engine.connect_batch import reports_folder
     from millpond.engine.connect_server import EngineError
     from millpond.engine.progress import batch_rows, listening
     from millpond.engine.session import (
@@ -282,7 +284,7 @@ def _run_locked(
     started = time.perf_counter()
     try:  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
         on_engine = engine_remote() is not None  # its batches report in the folder of this holding of the lock
-        reports = reports_folder(guard_for(pipeline.name, run_id).token) if on_engine else None
+        reports = reports_folder(run_guard.guard_for(pipeline.name, run_id).token) if on_engine else None
         spark = (reports and engine_session(pipeline.shuffle_partitions, reports, pipeline)) or build_spark_session(
             f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master, jit.java_options
         )

@@ -18,51 +18,14 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 
 from millpond import settings
-from millpond.engine import class_archive, jars, s3a
-from millpond.engine.driver_jit import executor_java_options
+from millpond.engine import class_archive, connect_server, jars, s3a
+from millpond.engine.connect_server import EngineError
+from millpond.engine.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 from millpond.lake import paths
 
 if TYPE_CHECKING:
     from millpond.lake.paths import LakePath
     from millpond.spec import Pipeline
-
-# Settings every millpond session shares; spark-submit (Airflow) passes the same ones with --conf.
-BASE_CONF = {
-    # Delta's SQL, and millpond's functions (jvm/: bronze's json parse and new-field check, sources.parse_json_lines).
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension,millpond.spark.MillpondExtensions",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.ui.showConsoleProgress": "false",
-    # Delta rebuilds a table snapshot with 50 tasks by default: seconds of overhead on small local tables.
-    "spark.databricks.delta.snapshotPartitions": "2",
-    # RocksDB commits a full (incremental-file) snapshot every batch, so a run loads the newest version only. The
-    # default HDFS-backed store snapshots in background maintenance that a short availableNow run rarely reaches,
-    # and then replays every delta since: its load time grew with history (B1, B7). A checkpoint keeps the provider
-    # it was created with (offset metadata), so existing checkpoints keep working.
-    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    # PySpark 4 sends each DataFrame call's Python call site to the JVM (several Py4J round trips per call, ~3000
-    # to plan one json parse, about 0.2 s per plan, and more in GX's). The sites would name millpond's own
-    # lines, never a user's; a failed run's error names the failing table instead.
-    "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # With MILLPOND_JSON_FUNCTIONS=off, bronze finds a json line's new fields through from_json(.., 'map<string,
-    # variant>'): a new field holding an object that repeats a key would fail that parse and be lost, where the line
-    # itself parses (a struct keeps a repeated key's last value, as JSON readers do). Variants then keep the last.
-    "spark.sql.variant.allowDuplicateKeys": "true",
-}
-
-
-def base_conf() -> dict[str, str]:
-    """BASE_CONF, plus the executors' JVM options: the driver's are chosen per run (millpond.engine.driver_jit)."""
-    executor = executor_java_options()
-    return {**BASE_CONF, **({"spark.executor.extraJavaOptions": executor} if executor else {})}
-
-
-# A file-stream batch reaches Spark as its files' explicit paths (FileStreamSource.getBatch), and Spark "lists" more
-# than 32 paths with a Spark job of one task per path: about 1 s of B3's cold 200-file batch (docs/benchmarks.md), where
-# the plain batch job reading the folder lists it on the driver. Under a local master those tasks run on the
-# driver's own cores anyway, so it lists there: a stat per file. A cluster keeps Spark's default (an object store's
-# listing is remote).
-LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold", 100_000
 
 
 def build_spark_session(
@@ -144,9 +107,7 @@ def _holds_connect_session() -> bool:
 
 def engine_remote() -> str | None:
     """The engine a run uses (SPARK_REMOTE), or None for a JVM of its own: millpond.engine.connect_server.remote."""
-    from millpond.engine.connect_server import remote
-
-    return remote()
+    return connect_server.remote()
 
 
 def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline | None = None) -> SparkSession:
@@ -154,17 +115,6 @@ def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline
     conf, view or tag of another run is seen. Raises EngineError when the engine runs other code than this
     process (its fingerprint, `spark.millpond.fingerprint`, differs, or a package `pipeline`'s transforms import
     differs from the one the engine recorded): a run never runs stale code."""
-    from millpond.engine.connect_server import (
-        FINGERPRINT_CONF,
-        TRANSFORMS_CONF,
-        EngineError,
-        code_fingerprint,
-        read_state,
-        stale_message,
-        stale_transforms,
-        transform_parts,
-    )
-
     _reachable_or_refuse(remote)
     spark = SparkSession.builder.remote(remote).create()
     # The run's session becomes this process's default and active one: libraries find their session that way (GX's
@@ -175,15 +125,17 @@ def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline
     connect_session_class._default_session = spark
     connect_session_class._active_session.session = spark
     try:
-        server = spark.conf.get(FINGERPRINT_CONF, None)
-        server_transforms = json.loads(spark.conf.get(TRANSFORMS_CONF, None) or "{}")
-        ours, parts = code_fingerprint(pipeline)
+        server = spark.conf.get(connect_server.FINGERPRINT_CONF, None)
+        server_transforms = json.loads(spark.conf.get(connect_server.TRANSFORMS_CONF, None) or "{}")
+        ours, parts = connect_server.code_fingerprint(pipeline)
         if pipeline is None:  # a session that runs no transform (reading tables back)
-            parts = {name: value for name, value in parts.items() if name not in transform_parts(parts)}
-        if server != ours or stale_transforms(server_transforms, parts):
-            state = read_state()
+            parts = {name: value for name, value in parts.items() if name not in connect_server.transform_parts(parts)}
+        if server != ours or connect_server.stale_transforms(server_transforms, parts):
+            state = connect_server.read_state()
             raise EngineError(
-                stale_message(server, ours, {**(state.parts if state else {}), **server_transforms}, parts)
+                connect_server.stale_message(
+                    server, ours, {**(state.parts if state else {}), **server_transforms}, parts
+                )
             )
         if s3a.lake_on_object_store() and spark.conf.get(s3a.S3A_LOG_STORE, None) is None:
             raise EngineError(
@@ -202,8 +154,6 @@ def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline
 def _reachable_or_refuse(remote: str) -> None:
     """Fail at once, naming the fix, when nothing listens at SPARK_REMOTE: pyspark itself would retry an
     unavailable server for ten minutes, holding the pipeline lock all the while."""
-    from millpond.engine.connect_server import EngineError
-
     address = urlparse(remote.split(";")[0].replace("sc://", "http://", 1))
     try:
         socket.create_connection((address.hostname or "localhost", address.port or 15002), timeout=5).close()
@@ -293,8 +243,6 @@ def command_session(
         yield build_spark_session(app_name, shuffle_partitions, master)
         return
     if master is not None:
-        from millpond.engine.connect_server import EngineError
-
         raise EngineError(
             f"--master {master} asks for a JVM of this command's own, but SPARK_REMOTE names an engine; "
             "unset SPARK_REMOTE to use --master, or leave --master out to run on the engine"

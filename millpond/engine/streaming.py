@@ -19,7 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.utils import CapturedException
 
-from millpond.engine import connect_batch, sources
+from millpond.engine import connect_batch, run_guard, sources
 from millpond.engine.faults import inject_fault
 from millpond.engine.plan import plan_table
 from millpond.engine.progress import ProgressListener, watermark_of
@@ -77,7 +77,7 @@ def start_query(
     else:
         sink = sink_for(spark, pipeline, table, app_id, run, result, listener)
         if connect_batch.is_remote(spark):  # on the engine: the sink runs in the server's batch worker
-            guard = connect_batch.guard_for(pipeline.name, run.run_id)
+            guard = run_guard.guard_for(pipeline.name, run.run_id)
             report = connect_batch.report_path(guard, table.id)
             writer = writer.foreachBatch(connect_batch.ServerSideBatch(sink, guard, report))
         else:
@@ -133,7 +133,7 @@ def run_table(
                 await_query(spark, query)
             finally:  # on the engine, what the batches counted comes back from the server's worker
                 if connect_batch.is_remote(spark):
-                    guard = connect_batch.guard_for(pipeline.name, run.run_id)
+                    guard = run_guard.guard_for(pipeline.name, run.run_id)
                     connect_batch.fold_report(result, listener, connect_batch.report_path(guard, table.id))
             inject_fault(table.id, "after_query")  # every batch committed; millpond's own records not yet
             collect_progress(listener.progress_of(query), table, result)

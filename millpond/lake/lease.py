@@ -42,7 +42,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from millpond import settings
-from millpond.lake.lock import LakeNotWritable, PipelineBusy
+from millpond.lake.lock_errors import LakeNotWritable, PipelineBusy
 from millpond.lake.object_store import S3Access, S3Location, client, error_code, precondition_failed
 
 HELD, RELEASED = "held", "released"

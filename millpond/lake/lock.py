@@ -24,22 +24,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from millpond import settings
 from millpond.lake import paths
+from millpond.lake.lease import PipelineLease, held, pipeline_lease
+from millpond.lake.lock_errors import LakeNotWritable, PipelineBusy
 from millpond.lake.object_store import is_object_store
-
-if TYPE_CHECKING:
-    from millpond.lake.lease import PipelineLease
-
-
-class PipelineBusy(RuntimeError):
-    pass
-
-
-class LakeNotWritable(RuntimeError):
-    """The lock cannot even be created: a read-only, full or foreign-owned lake, caught before Spark starts."""
 
 
 @contextmanager
@@ -48,8 +39,6 @@ def pipeline_lock(pipeline: str, run_id: str, wait_seconds: float = 0.0) -> Iter
     lake (yields it)."""
     lake = settings.LAKE.raw() or ""
     if is_object_store(lake):
-        from millpond.lake.lease import pipeline_lease  # lease.py imports this module's errors
-
         with pipeline_lease(lake, pipeline, run_id, wait_seconds) as lease:
             if paths.commit_lock_path(pipeline).parent.is_dir():  # an engine of this machine served the lake
                 _wait_for_commits(pipeline, max(wait_seconds, COMMIT_WAIT_SECONDS))
@@ -122,8 +111,6 @@ def holder_token(pipeline: str) -> str | None:
     """The token of the pipeline lock's current holding (None when no run ever took it). On an object-store lake,
     that of the lease this process holds: the pipeline, the lease's generation and an id new with each taking."""
     if is_object_store(settings.LAKE.raw() or ""):
-        from millpond.lake.lease import held
-
         lease = held(pipeline)
         if lease is None or lease.generation is None:
             return None

@@ -26,7 +26,7 @@ from millpond import settings
 from millpond.lake import paths
 from millpond.lake.object_store import S3Path, read_modify_write
 from millpond.lake.paths import LakePath
-from millpond.runs.run_record import is_cli_run_id
+from millpond.runs.run_ids import is_cli_run_id
 
 
 def reports_dir(root: LakePath | None = None) -> LakePath:

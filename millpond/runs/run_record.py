@@ -7,25 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the annotation only: at run time runs/ never imports engine/ (which imports pyspark)
-    from millpond.engine.quality import GateReport
-
-CLI_RUN_ID_FORMAT = "manual__%Y-%m-%dT%H:%M:%S.%fZ"  # a `millpond run` without --run-id; Airflow's ids end "+00:00"
-
-
-def cli_run_id() -> str:
-    return datetime.now(UTC).strftime(CLI_RUN_ID_FORMAT)
-
-
-def is_cli_run_id(run_id: str) -> bool:
-    """Whether the run was started by `millpond run` itself (no Airflow run to link to)."""
-    try:
-        datetime.strptime(run_id, CLI_RUN_ID_FORMAT)
-    except ValueError:
-        return False
-    return True
+from millpond.runs import reports
+from millpond.runs.gate_report import GateReport
 
 
 @dataclass
@@ -87,8 +71,6 @@ class TableResult:
         gate["rows_validated"] += report.element_count
         gate["rows_set_aside"] += report.rows_dropped
         gate["report_path"] = report.report_path
-        from millpond.runs import reports
-
         gate["index_path"] = str(reports.index_path())
         order = ("passed", "warned", "quarantined", "failed")
         gate["outcome"] = max(gate["outcome"], report.outcome, key=order.index)

@@ -13,7 +13,8 @@ import json
 import sys
 import time
 
-from millpond.lake.lease import LeaseLost, PipelineBusy, pipeline_lease
+from millpond.lake.lease import LeaseLost, pipeline_lease
+from millpond.lake.lock_errors import PipelineBusy
 
 
 def say(**event: object) -> None:

@@ -1,8 +1,11 @@
-"""The package's layers import one way (README "Layout"): a module imports only from its own layer or those below.
+"""The package's layers import one way (README "Layout"): a module imports only from its own layer or those below,
+and no modules import each other in a circle.
 
     settings -> spec -> lake -> runs -> engine -> airflow, dev, project -> cli
 
-Imports under `if TYPE_CHECKING:` are annotations only and never run, so they are not counted.
+Every import counts, a function's own and those under `if TYPE_CHECKING:` too: an annotation that names a module
+above, or one that closes a circle, is a dependency all the same, only hidden (a type two layers need lives in the
+lower one).
 """
 
 from __future__ import annotations
@@ -20,37 +23,93 @@ PACKAGE = Path(millpond.__file__).resolve().parent
 RANK = {"settings": 0, "spec": 1, "lake": 2, "runs": 3, "engine": 4, "airflow": 5, "dev": 5, "project": 5, "cli": 6}
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
 def layer(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if parts[0] == "millpond" and len(parts) > 1 else None
 
 
-def runtime_imports(tree: ast.Module) -> list[tuple[int, str]]:
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped |= {id(child) for child in ast.walk(node)}
+def imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, imported name) of every absolute import; `from millpond.x import y` as `millpond.x.y`."""
     found = []
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "millpond" else [node.module]
-            found += [(node.lineno, name) for name in names]
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
     return found
 
 
+def imported_module(name: str) -> str | None:
+    """The millpond module an imported name lives in (a name imported from a module is that module)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
 def test_no_module_imports_a_layer_above_its_own():
     upward = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        own = layer("millpond." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+    for module, path in MODULES.items():
+        own = layer(module)
         if own not in RANK:
             continue
-        for line, module in runtime_imports(ast.parse(path.read_text())):
-            other = layer(module)
+        for line, name in imports(ast.parse(path.read_text())):
+            other = layer(name)
             if other in RANK and RANK[other] > RANK[own]:
-                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module} ({own} -> {other})")
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {name} ({own} -> {other})")
     assert upward == []
-    assert len(list(PACKAGE.rglob("*.py"))) > 50  # the walk really read the package
+    assert len(MODULES) > 50  # the walk really read the package
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        targets = {imported_module(name) for _, name in imports(ast.parse(path.read_text()))}
+        graph[module] = {t for t in targets if t and t != module and t != "millpond"}
+    assert circles(graph) == []
+    assert sum(len(targets) for targets in graph.values()) > 100  # the walk found the package's imports
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that reach one another through imports (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_circles_finds_a_circle_of_three_and_nothing_in_a_chain():
+    """The check above can fail: a circle through three modules is found, a chain and a self-import are not."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set(), "e": {"e"}}) == []

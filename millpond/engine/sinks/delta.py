@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from millpond.engine.connect_batch import check_writer
+from millpond.engine.run_guard import check_writer
 from millpond.engine.sinks.base import BatchSink
 from millpond.engine.speedups import DELTA_RS_COMMITS
 from millpond.lake import paths, small_overwrite

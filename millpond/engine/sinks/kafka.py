@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
-from millpond.engine.connect_batch import check_writer
+from millpond.engine.run_guard import check_writer
 from millpond.engine.sinks.base import BatchSink
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import Table, resolve_setting

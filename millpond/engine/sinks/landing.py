@@ -10,9 +10,9 @@ from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
 from millpond.engine import sources
-from millpond.engine.connect_batch import check_writer
 from millpond.engine.faults import inject_fault
 from millpond.engine.progress import ProgressListener
+from millpond.engine.run_guard import check_writer
 from millpond.engine.sinks.delta import DeltaSink
 from millpond.engine.speedups import DELTA_RS_COMMITS
 from millpond.lake import system_tables

@@ -6,7 +6,7 @@ import uuid
 
 from pyspark.sql import DataFrame
 
-from millpond.engine.connect_batch import check_writer
+from millpond.engine.run_guard import check_writer
 from millpond.engine.sinks.delta import DeltaSink
 from millpond.lake.delta_log import latest_version as delta_version
 

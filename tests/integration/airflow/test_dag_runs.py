@@ -26,7 +26,8 @@ from deltalake import DeltaTable
 from millpond.dev.sample_data import activity_files, land_file
 from millpond.lake import paths
 from millpond.lake.delta_log import table_state
-from millpond.lake.lock import PipelineBusy, pipeline_lock
+from millpond.lake.lock import pipeline_lock
+from millpond.lake.lock_errors import PipelineBusy
 from millpond.runs import reports, run_summary
 from tests.support import REPO
 from tests.support.airflow_run import (

@@ -1,4 +1,4 @@
-"""The guard a run's batches on the engine commit under (millpond.engine.connect_batch): a batch commits only while
+"""The guard a run's batches on the engine commit under (millpond.engine.run_guard): a batch commits only while
 its run's holding of the pipeline lock (or, on an object-store lake, its lease) lasts, and a new holder waits for a
 batch that is still committing.
 
@@ -16,8 +16,8 @@ import uuid
 
 import pytest
 
-from millpond.engine import connect_batch
-from millpond.engine.connect_batch import RunGuard, WriterGone
+from millpond.engine import run_guard
+from millpond.engine.run_guard import RunGuard, WriterGone
 from millpond.lake import lease, paths
 from millpond.lake.lock import holder_token, pipeline_lock
 
@@ -93,7 +93,7 @@ def test_a_new_holder_waits_for_a_batch_still_committing(lake):
     with pipeline_lock("activity", "run-2"):
         assert committed.is_set(), "the next run took the pipeline while a batch of the dead run was committing"
     assert time.monotonic() - started >= 1.5
-    assert connect_batch._commit_lock is None
+    assert run_guard._commit_lock is None
 
 
 def test_a_run_refuses_at_once_when_no_engine_answers(lake):

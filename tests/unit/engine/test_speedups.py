@@ -45,7 +45,7 @@ def test_a_run_with_a_bad_switch_stops_before_the_lock_and_the_jvm(lake):
 
 def test_the_jit_choice_off_starts_every_jvm_with_hotspot_s_defaults(monkeypatch):
     from millpond.engine import driver_jit
-    from millpond.engine.session import base_conf
+    from millpond.engine.spark_conf import base_conf
 
     monkeypatch.setenv(driver_jit.ENV, "off")
     chosen = driver_jit.choose(None, [], full_refresh=False)  # forced: decided before the pipeline is looked at

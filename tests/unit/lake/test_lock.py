@@ -10,7 +10,8 @@ import time
 import pytest
 
 from millpond.lake import paths
-from millpond.lake.lock import PipelineBusy, pipeline_lock
+from millpond.lake.lock import pipeline_lock
+from millpond.lake.lock_errors import PipelineBusy
 
 pytestmark = pytest.mark.unit
 
