@@ -54,7 +54,7 @@ $(JARS)/.fetched: build/jars.pom.xml
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DexcludeTransitive=true
 	touch $@
 
-# The class-data archive a run's driver JVM maps its classes from (millpond/engine/class_archive.py): built by a
+# The class-data archive a run's driver JVM maps its classes from (millpond/driver/class_archive.py): built by a
 # small pipeline run once per JVM and Spark version, and only checked (about a second) when it is up to date.
 class-archive: venv jars jvm report-assets
 	$(BIN)/millpond class-archive
@@ -68,7 +68,7 @@ $(REPORT_ASSETS)/.fetched: build/report-assets.pom.xml
 	    -DoutputDirectory=$(CURDIR)/$(REPORT_ASSETS) -DexcludeTransitive=true -Dincludes='META-INF/resources/webjars/**'
 	touch $@
 
-# millpond's Spark functions (jvm/, registered by millpond/engine/session.py) and its Delta log store for S3, compiled
+# millpond's Spark functions (jvm/, registered by millpond/driver/session.py) and its Delta log store for S3, compiled
 # against the venv's pyspark and the delta-storage jar `jars` fetches (the log store extends delta-storage's).
 jvm: $(JARS)/millpond-spark.jar
 $(JARS)/millpond-spark.jar: jvm/build.sh $(wildcard jvm/src/main/java/millpond/spark/*.java) $(VENV)/.installed \
@@ -106,7 +106,7 @@ $(S3PROXY)/.fetched: build/s3proxy.pom.xml
 	touch $@
 
 # hadoop-aws and the AWS SDK bundle (~600 MB) for an s3a:// lake, kept apart from $(JARS): on Spark's classpath only
-# when MILLPOND_LAKE is on object storage (millpond/engine/s3a.py).
+# when MILLPOND_LAKE is on object storage (millpond/driver/s3a.py).
 s3a-jars: $(S3A_JARS)/.fetched
 $(S3A_JARS)/.fetched: build/s3a.pom.xml
 	@command -v mvn >/dev/null || { echo "error: mvn not found; it fetches hadoop-aws from Maven Central. Fix: apt-get install maven"; exit 1; }

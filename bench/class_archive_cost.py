@@ -1,4 +1,4 @@
-"""What the class-data archive (millpond.engine.class_archive, `MILLPOND_CLASS_ARCHIVE`) buys a run with a JVM of its
+"""What the class-data archive (millpond.driver.class_archive, `MILLPOND_CLASS_ARCHIVE`) buys a run with a JVM of its
 own: the same small increments of the activity pipeline, `millpond run` with the archive and without, sides
 alternating, each side in a lake of its own that receives the very same landed files. Every side's tables are
 checked against the plain-Python reference (bench/check.py) after each run, before its time is kept.
@@ -43,7 +43,7 @@ def run(lake: Path, archive: str) -> tuple[float, str]:
 def main() -> int:
     from bench.check import check, millpond_tables
     from millpond.dev.sample_data import activity_files
-    from millpond.engine.class_archive import archive_path
+    from millpond.driver.class_archive import archive_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)

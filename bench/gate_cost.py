@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 def one_size(files: int, rows: int, increment_rows: int, seed: int) -> dict:
     from millpond.dev.sample_data import activity_files
-    from millpond.engine import runner
+    from millpond.driver import runner
     from millpond.runs import reports
 
     lake = Path(tempfile.mkdtemp(prefix="millpond-gate-bench-"))
@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--increment-rows", type=int, default=2000)
     parser.add_argument("--out", default=str(REPO / "bench" / "results-gate.json"))
     args = parser.parse_args()
-    from millpond.engine.session import build_spark_session
+    from millpond.driver.session import build_spark_session
 
     build_spark_session("millpond-gate-bench")  # one warm JVM for both sizes; the runner joins it
     one_size(1, 200, 200, seed=99)  # warm-up (JIT, GX import): not reported

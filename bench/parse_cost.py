@@ -8,7 +8,7 @@ fields and `_rescued_data`, whose `map_filter` whole-stage codegen cannot compil
 the schema does not name (`_new_fields`, which `schema_drift` needs). It counts the rows of bronze's whole parse
 (every column, good and bad lines) that differ between the two paths. Each variant also records its
 whole-stage-codegen stages' largest generated method in bytes. HotSpot by default does not JIT-compile a method
-over 8,000 bytes, so millpond's JVMs start with `-XX:-DontCompileHugeMethods` (millpond.engine.driver_jit); with
+over 8,000 bytes, so millpond's JVMs start with `-XX:-DontCompileHugeMethods` (millpond.driver.driver_jit); with
 `--hotspot-default` this script starts its JVM without it (results-parse-hotspot-default.json), to show what the
 option is worth. Not a timed test; it says which part of B3's gap is what. Usage:
 
@@ -60,11 +60,11 @@ def main() -> int:
     from pyspark.sql.types import StructType
 
     from bench import data
-    from millpond.engine import sources
-    from millpond.engine.driver_jit import java_options
-    from millpond.engine.session import build_spark_session
-    from millpond.engine.sinks.landing import landing_batch_metrics
-    from millpond.engine.speedups import JSON_FUNCTIONS
+    from millpond.driver import sources
+    from millpond.driver.driver_jit import java_options
+    from millpond.driver.session import build_spark_session
+    from millpond.driver.sinks.landing import landing_batch_metrics
+    from millpond.driver.speedups import JSON_FUNCTIONS
     from millpond.spec import load_pipeline
 
     files = [str(f) for f in data.pool(args.scale)[: data.SCALES[args.scale].b3_files]]

@@ -51,7 +51,7 @@ def check(lake: Path, layout: bool) -> None:
     """Each table against the reference over the lake's landing files (in a process of its own)."""
     code = (
         "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[2]);"
-        "from millpond.engine.session import build_spark_session;"
+        "from millpond.driver.session import build_spark_session;"
         "from tests.support.lake_tables import assert_matches_reference;"
         "from tests.support.reference import activity_reference;"
         "spark = build_spark_session('bench-check');"

@@ -29,7 +29,7 @@ from bench import data
 from bench.check import check, millpond_tables
 from bench.probe import Measured, measure, millpond_command, spread
 from bench.sdp import Sdp
-from millpond.engine import jars
+from millpond.driver import jars
 
 
 class Bench:
@@ -63,7 +63,7 @@ class Bench:
         """The same new files landed on each history and run by `millpond run`, sides alternating.
 
         A third side runs the 100x increment with the driver's default JIT instead of the C1-only one millpond picks
-        for a small run (millpond.engine.driver_jit), so the results show what that choice buys.
+        for a small run (millpond.driver.driver_jit), so the results show what that choice buys.
         """
         runs: dict[str, list[Measured]] = {"1x": [], "100x": [], FULL_JIT: []}
         for rep in range(self.scale.repeats):

@@ -49,8 +49,8 @@ class Sdp:
 
     def prepare(self) -> None:
         """A fresh home: its conf folder, warehouse and metastore."""
-        from millpond.engine import jars
-        from millpond.engine.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
+        from millpond.driver import jars
+        from millpond.driver.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 
         shutil.rmtree(self.home, ignore_errors=True)
         (self.home / "conf").mkdir(parents=True)

@@ -39,10 +39,10 @@ def run_side(side: str, work: str) -> dict:
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from millpond.engine import sources
-    from millpond.engine.driver_jit import java_options
-    from millpond.engine.session import build_spark_session
-    from millpond.engine.sinks.landing import landing_batch_metrics
+    from millpond.driver import sources
+    from millpond.driver.driver_jit import java_options
+    from millpond.driver.session import build_spark_session
+    from millpond.driver.sinks.landing import landing_batch_metrics
     from millpond.spec import load_pipeline
 
     pipeline = load_pipeline("activity")

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=10_000, help="rows per append")
     args = parser.parse_args(argv)
 
-    from millpond.engine.session import build_spark_session
+    from millpond.driver.session import build_spark_session
 
     spark = build_spark_session("millpond-bench-txn")
     work = Path(tempfile.mkdtemp(prefix="millpond-txn-"))

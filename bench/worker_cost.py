@@ -35,7 +35,7 @@ def counts(batch, batch_id: int) -> None:
 
 
 def imports_sinks(batch, batch_id: int) -> None:
-    import millpond.engine.sinks  # noqa: F401 - the import is what is measured
+    import millpond.driver.sinks  # noqa: F401 - the import is what is measured
 
     batch.count()
 
@@ -43,7 +43,7 @@ def imports_sinks(batch, batch_id: int) -> None:
 def imports_gx(batch, batch_id: int) -> None:
     import great_expectations  # noqa: F401 - the import is what is measured
 
-    import millpond.engine.sinks  # noqa: F401
+    import millpond.driver.sinks  # noqa: F401
 
     batch.count()
 

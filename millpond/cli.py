@@ -41,19 +41,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_check(argv: list[str]) -> int:
-    from millpond.engine.quality import check_main
+    from millpond.driver.quality import check_main
 
     return check_main(argv)
 
 
 def cmd_run(argv: list[str]) -> int:
-    from millpond.engine.runner import main as run_main
+    from millpond.driver.runner import main as run_main
 
     return run_main(argv)
 
 
 def cmd_preview(argv: list[str]) -> int:
-    from millpond.engine.preview import main as preview_main  # imports pyspark only once spec and table check out
+    from millpond.driver.preview import main as preview_main  # imports pyspark only once spec and table check out
 
     return preview_main(argv)
 
@@ -184,7 +184,7 @@ def cmd_jars(args: argparse.Namespace) -> int:
 
 def cmd_class_archive(args: argparse.Namespace) -> int:
     """`millpond class-archive`: the class-data archive a run's driver JVM starts faster with
-    (millpond.engine.class_archive); a failure leaves runs as they were, without one."""
+    (millpond.driver.class_archive); a failure leaves runs as they were, without one."""
     from millpond.project.class_archive_build import build
 
     built, said = build(force=args.force)
@@ -205,7 +205,7 @@ def send_device_events(pipeline: Pipeline, hours: int, rows: int, malformed: flo
         print("millpond generate: " + "\n".join(problems), file=sys.stderr)
         return 2
     bootstrap, topic = resolve_setting(source.bootstrap_servers), source.topics[0]
-    from millpond.engine.session import build_spark_session
+    from millpond.driver.session import build_spark_session
 
     spark = build_spark_session("millpond-generate", shuffle_partitions=1)
     try:
@@ -226,8 +226,8 @@ def send_device_events(pipeline: Pipeline, hours: int, rows: int, malformed: flo
 
 
 def cmd_engine(args: argparse.Namespace) -> int:
-    """`millpond engine start|status|stop`: the lake's Spark Connect server (millpond.engine.connect_server)."""
-    from millpond.engine import connect_server as engine
+    """`millpond engine start|status|stop`: the lake's Spark Connect server (millpond.driver.connect_server)."""
+    from millpond.driver import connect_server as engine
     from millpond.lake import paths
 
     lake = paths.lake_root()

@@ -166,7 +166,7 @@ def spark(test_engine) -> Generator:
     """The tests' own session (reading tables back): a local JVM, or with MILLPOND_TEST_ENGINE=on a session on the
     engine, since a process that has opened one Spark Connect session builds every later Column for Connect (pyspark
     switches its functions over for the whole process) and runs in-process tests start such sessions."""
-    from millpond.engine.session import build_spark_session, connect_session
+    from millpond.driver.session import build_spark_session, connect_session
 
     session = connect_session(test_engine) if test_engine else build_spark_session("millpond-tests", 2)
     yield session

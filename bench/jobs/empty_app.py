@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from millpond.engine.session import build_spark_session
+from millpond.driver.session import build_spark_session
 
 if __name__ == "__main__":
     build_spark_session("bench:empty").stop()

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from bench.data import land
-from millpond.engine import runner
+from millpond.driver import runner
 
 
 def main(lake: str, manifest: str) -> int:

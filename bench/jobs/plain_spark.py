@@ -1,6 +1,6 @@
 """B3's baseline: what a Spark engineer writes without millpond. Read the JSON files, write one Delta table.
 
-Same session settings as millpond (millpond.engine.session), the same schema, the same `_source_file` and
+Same session settings as millpond (millpond.driver.session), the same schema, the same `_source_file` and
 `_ingested_at` columns, and the same rows: malformed lines are dropped through Spark's corrupt-record column (so the
 table equals bronze and the reference, bench/check.py); no quarantine, no rescue, no exactly-once bookkeeping.
 Prints one JSON line.
@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
-from millpond.engine.driver_jit import java_options
-from millpond.engine.session import build_spark_session
+from millpond.driver.driver_jit import java_options
+from millpond.driver.session import build_spark_session
 from millpond.spec import Pipeline, load_pipeline
 
 

@@ -38,7 +38,7 @@ from millpond.airflow.spark_app import (
     spark_conf,
     spark_master,
 )
-from millpond.engine import jars
+from millpond.driver import jars
 from millpond.runs import run_summary
 
 if TYPE_CHECKING:
@@ -68,10 +68,10 @@ RUN_ARGS = [
 
 
 class MillpondSparkSubmitOperator(BaseOperator):
-    """Runs `millpond/engine/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped.
+    """Runs `millpond/driver/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped.
 
     Three ways to run, cheapest first: without a JVM when no table has anything new, on the engine when SPARK_REMOTE
-    names one (millpond.engine.connect_server), else spark-submit through MillpondSparkSubmitHook. Client mode only: a retry starts a fresh
+    names one (millpond.driver.connect_server), else spark-submit through MillpondSparkSubmitHook. Client mode only: a retry starts a fresh
     application, never a "reattach".
     """
 
@@ -120,7 +120,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
                 self.log.info("Object-store lake: AWS_* from Airflow connection %r", AWS_CONN_ID)
             if self.run_without_spark():
                 return
-            if self.run_on_engine():  # SPARK_REMOTE: the engine (millpond.engine.connect_server), no spark-submit
+            if self.run_on_engine():  # SPARK_REMOTE: the engine (millpond.driver.connect_server), no spark-submit
                 return
             self.submit()
 
@@ -145,7 +145,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
 
     def run_without_spark(self) -> bool:
         """A run in which no table has anything new needs no JVM: the runner records it here, in ~1 s."""
-        from millpond.engine import runner
+        from millpond.driver import runner
 
         errors = io.StringIO()  # the runner's own words (e.g. the unset ${NAME} a Kafka spec needs) go into the error
         with contextlib.redirect_stderr(errors):
@@ -165,7 +165,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
     def run_on_engine(self) -> bool:
         """SPARK_REMOTE set: the run goes to the engine as a runner process of its own, its output in this task's
         log. on_kill sends it SIGTERM, which releases its Connect session: the server stops its queries."""
-        from millpond.engine import connect_server
+        from millpond.driver import connect_server
 
         if connect_server.remote() is None:
             return False
@@ -178,7 +178,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
             self._hidden_remote = os.environ.pop(connect_server.REMOTE_ENV)  # spark-submit would read it as --remote
             return False
         env = {**os.environ, **job_env(), **self.env_vars}
-        command = [sys.executable, "-m", "millpond.engine.runner", *self.application_args]
+        command = [sys.executable, "-m", "millpond.driver.runner", *self.application_args]
         # In the task's process group: a kill of the task's group reaches the run too; and a task process killed
         # outright (SIGKILL, no on_kill) takes the run with it, as it takes spark-submit's tree.
         from millpond.airflow.processes import die_with_parent
@@ -200,9 +200,9 @@ class MillpondSparkSubmitOperator(BaseOperator):
         return True
 
     def choose_driver_jit(self) -> None:
-        """C1-only JIT for a small run's driver JVM (millpond.engine.driver_jit) and the class-data archive
-        (millpond.engine.class_archive), added to any options the conf has."""
-        from millpond.engine import class_archive, runner
+        """C1-only JIT for a small run's driver JVM (millpond.driver.driver_jit) and the class-data archive
+        (millpond.driver.class_archive), added to any options the conf has."""
+        from millpond.driver import class_archive, runner
 
         jit = runner.driver_jit_for(list(self.application_args))
         self.log.info("Driver JIT %s: %s", jit.mode, jit.reason)

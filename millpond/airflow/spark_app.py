@@ -17,8 +17,8 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException
 
 from millpond import settings
-from millpond.engine import s3a, speedups
-from millpond.engine.spark_conf import base_conf
+from millpond.driver import s3a, speedups
+from millpond.driver.spark_conf import base_conf
 from millpond.lake import paths
 
 SPARK_CONN_ID = "spark_millpond"
@@ -41,7 +41,7 @@ def module_file(name: str) -> Path:
     return Path(spec.origin)
 
 
-RUNNER = module_file("millpond.engine.runner")  # spark-submit's application
+RUNNER = module_file("millpond.driver.runner")  # spark-submit's application
 
 
 def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
@@ -99,7 +99,7 @@ def lake_access_env() -> dict[str, str]:
     `aws_session_token`). {} for a local lake, or when the connection is not defined: the worker's own
     environment then reaches the store (an instance role, or AWS_* set for the worker).
 
-    They reach the job as environment variables, never as Spark settings or arguments (millpond.engine.s3a), and
+    They reach the job as environment variables, never as Spark settings or arguments (millpond.driver.s3a), and
     Airflow masks a connection's password in task logs."""
     if not s3a.lake_on_object_store():
         return {}

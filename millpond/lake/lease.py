@@ -307,7 +307,7 @@ def _observe(s3: Any, location: S3Location) -> Observed | None:
 
 def observe(url: str) -> Observed | None:
     """The lease at `url` as the store has it now, for a reader that does not hold it: an engine's batch worker
-    checking that the run it belongs to still renews its lease (millpond.engine.connect_batch)."""
+    checking that the run it belongs to still renews its lease (millpond.driver.connect_batch)."""
     return _observe(client(), S3Location.parse(url))
 
 

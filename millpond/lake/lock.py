@@ -2,7 +2,7 @@
 
 The stale-lock rule is the kernel's: `flock` is released when its holder dies for any reason (SIGKILL
 included), so a crashed run never blocks the next one. The file's text says who holds it, and a token new with
-each taking: a batch of a run on the engine (millpond.engine.connect_batch) commits only while the lock holds its
+each taking: a batch of a run on the engine (millpond.driver.connect_batch) commits only while the lock holds its
 run's token. Such a batch commits under the pipeline's commit lock, so a run that takes the pipeline lock first
 waits for a batch of a dead holder that is still committing (`_wait_for_commits`): two writers never overlap.
 

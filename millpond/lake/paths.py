@@ -14,7 +14,7 @@ The lake is a local (or mounted) folder or an object-store prefix (`MILLPOND_LAK
 path here is a `LakePath`, a `pathlib.Path` or an `S3Path` with the same few operations, and `str()` of either is
 what Spark reads (`s3a://...` for the store). On the store, what must be a local file (the engine's state file,
 which holds its token; an engine's commit locks, which are `flock`s) lives in a folder of this machine's user
-instead: `$XDG_STATE_HOME/millpond/engines/<bucket>-<hash of the lake's URL>` (`engine_dir`).
+instead: `$XDG_STATE_HOME/millpond/drivers/<bucket>-<hash of the lake's URL>` (`engine_dir`).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def lock_path(pipeline: str, root: LakePath | None = None) -> LakePath:
 
 
 def commit_lock_path(pipeline: str, root: LakePath | None = None) -> Path:
-    """The flock a batch on the engine commits under (millpond.engine.connect_batch). On an object-store lake it is
+    """The flock a batch on the engine commits under (millpond.driver.connect_batch). On an object-store lake it is
     in the engine's local folder, so it orders the batches of one engine and the runs of its machine."""
     lake = root if root is not None else lake_root()
     if isinstance(lake, S3Path):
@@ -133,7 +133,7 @@ def commit_lock_path(pipeline: str, root: LakePath | None = None) -> Path:
 
 
 def engine_dir(root: LakePath | None = None) -> Path:
-    """The engine's folder (its state file with the token, its log; millpond.engine.connect_server): in the lake's
+    """The engine's folder (its state file with the token, its log; millpond.driver.connect_server): in the lake's
     `_system` for a folder lake; for an object-store lake a folder of this machine's user, one per lake URL."""
     lake = root if root is not None else lake_root()
     if isinstance(lake, S3Path):

@@ -1,6 +1,6 @@
 """A reprocess that has replaced some slices but not yet every table it owes: the next run finishes it first.
 
-A reprocess commits one table at a time (millpond.engine.reprocess); the live streams skip its commits, so a table
+A reprocess commits one table at a time (millpond.driver.reprocess); the live streams skip its commits, so a table
 it has not reached yet would keep the interval's old rows for good if nothing remembered it. Before its first
 commit the run records the interval and every table it owes (its slices, the tables downstream of them, its
 complete-mode rebuilds) in `_system/reprocess/<pipeline>.json`, and strikes each one off as it lands. A run of the

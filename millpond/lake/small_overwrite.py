@@ -10,7 +10,7 @@ skips that batch id on a replay.
 Only a table that delta-rs writes exactly as Spark would takes this path: one that exists, with no table features
 beyond writer version 2, no partitions, only the properties in system_tables.EXACT_PROPERTIES, not append-only, and
 the batch's schema (names and types); and only a batch of at most SMALL_ROWS rows, counted before it is collected
-(`DeltaSink.write` in millpond.engine.sinks.delta). Anything else, and the first write, which creates the table,
+(`DeltaSink.write` in millpond.driver.sinks.delta). Anything else, and the first write, which creates the table,
 goes through Spark.
 MILLPOND_DELTA_RS_COMMITS=off sends every overwrite through Spark.
 """

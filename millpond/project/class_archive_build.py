@@ -1,4 +1,4 @@
-"""`millpond class-archive`: build the class-data archive of millpond.engine.class_archive by running a small
+"""`millpond class-archive`: build the class-data archive of millpond.driver.class_archive by running a small
 pipeline of millpond's own in a JVM that writes the classes it loaded at exit, then check a JVM starts on it.
 
 Here, above the engine, because the training run needs a project (`millpond init`'s template) and sample data.
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from millpond import settings
-from millpond.engine.class_archive import LOG_OFF, archive_path
+from millpond.driver.class_archive import LOG_OFF, archive_path
 
 
 def build(force: bool = False) -> tuple[Path | None, str]:
@@ -82,9 +82,9 @@ def _train(work: Path, dumped: Path) -> int:
     """A small pipeline of millpond's own (the `millpond init` template: landing files into bronze, a deduplicated,
     gated silver, a complete-mode gold) run twice in a JVM that writes its loaded classes to `dumped` at exit."""
     from millpond.dev.sample_data import activity_files
-    from millpond.engine import runner
-    from millpond.engine.driver_jit import java_options
-    from millpond.engine.session import build_spark_session
+    from millpond.driver import runner
+    from millpond.driver.driver_jit import java_options
+    from millpond.driver.session import build_spark_session
     from millpond.project.scaffold import create_project
 
     project, name = work / "project", "training"
@@ -114,7 +114,7 @@ def _train(work: Path, dumped: Path) -> int:
 
 
 def _check(dumped: Path) -> int:
-    from millpond.engine.session import build_spark_session
+    from millpond.driver.session import build_spark_session
 
     spark = build_spark_session(
         "millpond:class-archive-check", 2, driver_java_options=f"-Xshare:on -XX:SharedArchiveFile={dumped} {LOG_OFF}"

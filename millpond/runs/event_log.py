@@ -44,7 +44,7 @@ COLUMNS = (
     ("rows_replaced", "bigint"),
 )
 
-# `_system/query_progress`: one row per micro-batch, from Spark's StreamingQueryListener (millpond/engine/progress.py).
+# `_system/query_progress`: one row per micro-batch, from Spark's StreamingQueryListener (millpond/driver/progress.py).
 PROGRESS_COLUMNS = (
     ("run_id", "string"),
     ("pipeline", "string"),

@@ -1,4 +1,4 @@
-"""What one validation of one batch found: the gate (millpond.engine.quality) builds it with Great Expectations, and
+"""What one validation of one batch found: the gate (millpond.driver.quality) builds it with Great Expectations, and
 the run's record, the event log and the reports index read it. No pyspark or GX here, so readers stay light."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlglot import exp
 
-SOURCE_VIEW = "source"  # the view a SQL transform reads (millpond.engine.plan.apply_transform)
+SOURCE_VIEW = "source"  # the view a SQL transform reads (millpond.driver.plan.apply_transform)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ join it any more. The timeout is set to the earliest open session's end + gap, s
     state_schema: open_sessions STRING
 
 Both functions need `timeout: event_time` (and so the table's watermark). Output rows have integer column labels,
-so millpond names them by position from the spec's `output_schema` (millpond.engine.plan.call_stateful): the key columns
+so millpond names them by position from the spec's `output_schema` (millpond.driver.plan.call_stateful): the key columns
 first, whatever they are called.
 """
 

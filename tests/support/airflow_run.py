@@ -122,7 +122,7 @@ CONNECT_VARIABLES = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
 
 def spark_processes(lake: Path) -> list[psutil.Process]:
     """Every JVM or Python driver working for this lake (found by the MILLPOND_LAKE in its environment): spark-submit's
-    JVM and its runner.py, or on the engine the task's runner process (`python -m millpond.engine.runner`)."""
+    JVM and its runner.py, or on the engine the task's runner process (`python -m millpond.driver.runner`)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
@@ -137,7 +137,7 @@ def spark_processes(lake: Path) -> list[psutil.Process]:
 
 def is_runner(cmdline: str) -> bool:
     """A run's Python driver: runner.py under spark-submit, or the runner module an engine task starts."""
-    return "runner.py" in cmdline or "millpond.engine.runner" in cmdline
+    return "runner.py" in cmdline or "millpond.driver.runner" in cmdline
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.5):

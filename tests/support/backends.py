@@ -53,7 +53,7 @@ class OwnJvm:
 
     def run(self, *args: str, pipeline: str = "activity") -> tuple[int, str, str]:
         """A whole run, in-process on the worker's session: (exit code, stdout, stderr)."""
-        from millpond.engine import runner
+        from millpond.driver import runner
 
         return _in_process(lambda: runner.main([pipeline, *args]))
 
@@ -107,7 +107,7 @@ class OnEngine(OwnJvm):
 
     def after_death(self) -> None:
         """A killed run's queries live on in the server until their batch's check before its next commit finds the
-        run gone (millpond.engine.connect_batch): wait until the engine has ended every streaming query it started
+        run gone (millpond.driver.connect_batch): wait until the engine has ended every streaming query it started
         (its log says so), so that whatever a test then reads is all the dead run will ever have committed."""
         time.sleep(2)  # a start request already sent by the run reaches the server's log
         assert wait_for(lambda: not running_queries(self.log), timeout=180, interval=0.25), (

@@ -23,8 +23,8 @@ from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 
 from millpond import settings
-from millpond.engine import s3a
-from millpond.engine.session import build_spark_session
+from millpond.driver import s3a
+from millpond.driver.session import build_spark_session
 from millpond.lake.object_store import S3Location, client
 
 REQUESTS = {

@@ -60,7 +60,7 @@ def start_run(lake: Path, fault: str | None = None, args: tuple[str, ...] = ()) 
 def run_in_process(*args: str, pipeline: str = "activity") -> None:
     """A run on this test worker's Spark session (its lake from MILLPOND_LAKE): where a run is not the process under
     test, a rerun after a kill or a run that sets a lake up, it needs no JVM of its own (docs/testing.md)."""
-    from millpond.engine import runner
+    from millpond.driver import runner
 
     assert runner.main([pipeline, *args]) == 0, f"the in-process run of {pipeline} {' '.join(args)} failed"
 
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import shutil
 
-    from millpond.engine.session import build_spark_session
+    from millpond.driver.session import build_spark_session
 
     lake = args.lake.resolve()
     shutil.rmtree(lake, ignore_errors=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from millpond import cli
-from millpond.engine import jars
+from millpond.driver import jars
 from millpond.project import downloads
 from millpond.project.scaffold import DEFAULT_PIPELINE, create_project
 from millpond.spec import load_pipeline, validate_all

@@ -57,7 +57,7 @@ def test_spark_submit_command_line_carries_no_secret(monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
     from millpond.airflow import spark_app
-    from millpond.engine import jars
+    from millpond.driver import jars
 
     secret = secrets.token_urlsafe(16)  # made at run time: a literal here would be a committed "secret" itself
     monkeypatch.setenv(

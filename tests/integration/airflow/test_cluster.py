@@ -18,7 +18,7 @@ import pyspark
 import pytest
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import driver_jit
+from millpond.driver import driver_jit
 from tests.support.airflow_run import (
     BIN,
     CONNECT_VARIABLES,

@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
 from tests.support.backends import OnEngine
@@ -127,8 +127,8 @@ import os, sys, threading, traceback
 from pathlib import Path
 from pyspark.sql.connect.session import SparkSession
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
-from millpond.engine import runner
+from millpond.driver import runner
+from millpond.driver import runner
 
 try:
     own = SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).create()  # the notebook's session, made first
@@ -249,7 +249,7 @@ def test_the_clicks_pipeline_on_the_engine_equals_a_run_in_a_jvm_of_its_own(
 
 SESSIONS_SEEN = """
 import json, sys
-from millpond.engine.session import connect_session
+from millpond.driver.session import connect_session
 first, second = connect_session(sys.argv[1], 7), connect_session(sys.argv[1], 3)
 first.range(3).createOrReplaceTempView("only_in_first")
 first.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")

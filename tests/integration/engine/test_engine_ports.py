@@ -3,7 +3,7 @@
 The Connect port wants the token (test_engine.py::test_a_client_without_the_token_is_refused). Spark's own ports,
 the driver's RPC and the block manager, speak Spark's transport protocol, which the token does not cover: without
 `spark.authenticate` they hand an RPC to the driver's endpoints (or answer it) for anyone who connects; and Spark's
-web UI has no authentication at all. The engine turns both off (millpond.engine.connect_server). These tests speak
+web UI has no authentication at all. The engine turns both off (millpond.driver.connect_server). These tests speak
 the wire protocol by hand, as such a user would, against the test worker's engine (tests/conftest.py::engine_server:
 no engine of their own, a few seconds).
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths, small_overwrite, system_tables
 from millpond.lake.delta_log import latest_version
 from tests.integration.faults.test_kill import run_killed_at, run_to_the_end

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from millpond.dev.kafka_broker import consume
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
 from tests.support import REPO

@@ -25,7 +25,7 @@ import yaml
 
 from millpond.dev import kafka_broker as harness
 from millpond.dev.kafka_broker import consume, produce
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from millpond.runs import run_summary
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from millpond import settings
-from millpond.engine import runner
+from millpond.driver import runner
 from tests.integration.pipelines.test_stateful import ROUNDS, land, read_latest, read_sessions, reference, write_spec
 from tests.support import REPO
 from tests.support.airflow_run import CONNECT_VARIABLES

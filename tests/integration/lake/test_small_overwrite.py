@@ -138,7 +138,7 @@ def test_retention_and_checkpoint_properties_keep_the_delta_rs_path(spark, tmp_p
 
 
 def gold_writer(spark):
-    from millpond.engine.sinks import CompleteOverwriteSink
+    from millpond.driver.sinks import CompleteOverwriteSink
     from millpond.runs.run_record import RunContext, TableResult
     from millpond.spec import load_pipeline
 

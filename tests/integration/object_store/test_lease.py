@@ -240,10 +240,10 @@ def test_two_pipelines_leases_in_one_process_are_fenced_each_on_its_own(s3_bucke
 
 
 def test_an_engine_batch_commits_only_while_its_run_renews_the_lease(s3_bucket, monkeypatch, tmp_path):
-    """A run's batch on the engine (millpond.engine.run_guard.RunGuard), played by this process: on an s3a lake
+    """A run's batch on the engine (millpond.driver.run_guard.RunGuard), played by this process: on an s3a lake
     it commits only while the run's lease carries the run's generation and was renewed lately, and a run taking the
     lease on the engine's machine waits for a batch still committing."""
-    from millpond.engine.run_guard import RunGuard, WriterGone, guard_for
+    from millpond.driver.run_guard import RunGuard, WriterGone, guard_for
     from millpond.lake.lock import pipeline_lock
 
     monkeypatch.setenv("MILLPOND_LAKE", s3_bucket.location("lake").url)

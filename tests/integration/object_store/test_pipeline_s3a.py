@@ -1,7 +1,7 @@
 """The activity pipeline with `MILLPOND_LAKE=s3a://...` against a real S3 server, through real `millpond run`
 processes: rounds of files landed with the object-store client, SIGKILLs mid-run, reruns, the plain-Python
 reference, the gate, `millpond status` and `millpond check`, on both backends (a JVM of the run's own, and the
-engine, whose batches stop once a killed run's lease is no longer renewed: millpond.engine.connect_batch); and,
+engine, whose batches stop once a killed run's lease is no longer renewed: millpond.driver.connect_batch); and,
 with a JVM of its own, a run whose lease is taken over.
 
 Tables are read back by delta-rs (tests/support/lake_tables.py): the runs and the engine are the only JVMs.
@@ -114,7 +114,7 @@ def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_g
     if on_engine:  # the batch's check, in the server, found the killed run's lease no longer renewed
         assert "has not renewed its lease" in backend.log.read_text(errors="replace")[len(engine_log) :]
         # ... under the commit flock in a folder of the engine's machine for this lake, not in the bucket
-        # (backend.folder is <the engine's state home>/millpond/engines/<its own lake>).
+        # (backend.folder is <the engine's state home>/millpond/drivers/<its own lake>).
         monkeypatch.setenv("XDG_STATE_HOME", str(backend.folder.parents[2]))
         assert paths.commit_lock_path("activity").is_file()
     land(s3_lake, local, 1, seed=3)

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from millpond import cli
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import checkpoints, file_sink_log, paths
 from millpond.runs import run_summary
 from millpond.spec import Sink, load_pipeline

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import checkpoints, paths
 from millpond.lake.delta_log import latest_version
 from millpond.spec import load_pipeline

@@ -1,6 +1,6 @@
 """Bad landed input on real Spark + Delta: every bad record is quarantined with a reason, nothing is lost.
 
-What one record is (millpond/engine/sources.py): a line as Spark's text source splits a file, at `\\n`, `\\r\\n` or a
+What one record is (millpond/driver/sources.py): a line as Spark's text source splits a file, at `\\n`, `\\r\\n` or a
 lone `\\r`, minus blank lines (empty or only spaces and tabs); an empty file has none. That is NOT what
 tests/support/reference.py counts (`str.splitlines()` also breaks at `\\x0b`, `\\x0c`, `\\x1c`-`\\x1e`, `\\x85`, `\\u2028`,
 `\\u2029`, and `str.strip()` calls those blank), so the counts here come from `spark_records` below, and
@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
-from millpond.engine.sources import MAX_LINE_BYTES, RAW_KEEP_CHARS
+from millpond.driver import runner
+from millpond.driver.sources import MAX_LINE_BYTES, RAW_KEEP_CHARS
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
 from tests.support import REPO
@@ -175,7 +175,7 @@ def test_the_quarantine_pass_filters_on_bad_line_buckets_before_parsing(spark, l
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    from millpond.engine import sources
+    from millpond.driver import sources
     from millpond.spec import load_pipeline
 
     source = load_pipeline("activity").sources["landing.activity"]
@@ -263,8 +263,8 @@ def test_a_batch_with_few_short_bad_lines_quarantines_them_from_its_one_read(spa
     quarantine holds what that read saw, and no file is read again; once the quarantine exists the driver commits
     them (delta-rs), with Delta's `txn` action for the batch as Spark's writes carry it. A batch with a longer bad
     line is read again, and Spark appends to the same table."""
-    from millpond.engine import sources
-    from millpond.engine.sinks import landing
+    from millpond.driver import sources
+    from millpond.driver.sinks import landing
 
     folder = lake / "landing" / "activity"
     folder.mkdir(parents=True)
@@ -322,8 +322,8 @@ def test_a_landing_file_rewritten_mid_run_fails_the_batch_before_its_quarantine(
     """A batch whose bad lines are not carried out of its read (here: none is, CARRIED_RAW_BYTES 0) reads them
     again from their files for the quarantine; a file rewritten in between must not put other lines there than the
     ones missing from the table."""
-    from millpond.engine import sources
-    from millpond.engine.sinks import landing
+    from millpond.driver import sources
+    from millpond.driver.sinks import landing
 
     monkeypatch.setattr(landing, "CARRIED_RAW_BYTES", 0)
 
@@ -361,8 +361,8 @@ def test_bad_lines_are_read_again_from_their_own_files_whatever_their_names(spar
     `%`, `#` or non-ASCII letters still give the quarantine each line with the file it came from, and a file removed
     before that read fails the batch naming it (not with Spark's PATH_NOT_FOUND). (No bad line is carried out of
     the first read here, CARRIED_RAW_BYTES 0, so every batch takes that second read.)"""
-    from millpond.engine import sources
-    from millpond.engine.sinks import landing
+    from millpond.driver import sources
+    from millpond.driver.sinks import landing
 
     monkeypatch.setattr(landing, "CARRIED_RAW_BYTES", 0)
 

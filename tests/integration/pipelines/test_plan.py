@@ -7,8 +7,8 @@ from datetime import datetime
 import pytest
 from pyspark.sql.types import StructType
 
-from millpond.engine.plan import plan_table
-from millpond.engine.sources import ERROR, parse_json_lines
+from millpond.driver.plan import plan_table
+from millpond.driver.sources import ERROR, parse_json_lines
 from millpond.spec import Aggregate, Table, Transform, Watermark, Window
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond.engine import preview, runner
+from millpond.driver import preview, runner
 
 pytestmark = pytest.mark.integration
 

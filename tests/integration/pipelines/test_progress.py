@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from tests.integration.pipelines.test_sources import use_spec
 from tests.support import REPO

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from tests.support.reference import activity_reference
 

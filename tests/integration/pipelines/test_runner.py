@@ -13,8 +13,8 @@ import pytest
 
 from millpond import settings
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
-from millpond.engine.streaming import checkpoint_query_id
+from millpond.driver import runner
+from millpond.driver.streaming import checkpoint_query_id
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version, table_state
 from millpond.runs import run_summary
@@ -111,7 +111,7 @@ def test_a_run_with_nothing_new_needs_no_java_and_its_event_log_rows_read_back_i
     assert runner.main(["activity", "--run-id", "first"]) == 0
     no_java = {**os.environ, "JAVA_HOME": str(lake / "no-java"), "PATH": str(Path(sys.executable).parent)}
     idle = subprocess.run(
-        [sys.executable, "-m", "millpond.engine.runner", "activity", "--run-id", "idle"],
+        [sys.executable, "-m", "millpond.driver.runner", "activity", "--run-id", "idle"],
         env=no_java,
         cwd=REPO,
         capture_output=True,

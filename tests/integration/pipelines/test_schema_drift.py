@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from tests.support import REPO
 from tests.support.lake_tables import assert_matches_reference, read
@@ -80,7 +80,7 @@ def test_new_top_level_keys_are_found_however_the_line_is_spaced(spark, line):
     """The key count that skips the second parse is exact for any spacing: a new key is never missed."""
     from pyspark.sql.types import StructType
 
-    from millpond.engine import sources
+    from millpond.driver import sources
 
     schema = StructType.fromDDL("a BIGINT, b STRING")
     lines = spark.createDataFrame([(line, "f.json")], f"value STRING, {sources.SOURCE_FILE} STRING")

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from tests.support import REPO
 from tests.support.lake_tables import assert_matches_reference, read

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond.engine import runner
-from millpond.engine.sinks import MergeSink
+from millpond.driver import runner
+from millpond.driver.sinks import MergeSink
 from millpond.lake import checkpoints, paths
 from millpond.lake.delta_log import latest_version
 from millpond.runs.run_record import RunContext, TableResult

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from millpond.dev.sample_data import activity_files, land_file
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from millpond.lake.delta_log import table_state
 from millpond.runs import reports, run_summary

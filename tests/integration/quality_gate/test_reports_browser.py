@@ -48,7 +48,7 @@ def render(url: str, profile: Path, screenshot: Path | None = None) -> str:
 
 
 def test_data_docs_and_index_render_and_name_the_failing_expectation(spark, lake, tmp_path):
-    from millpond.engine.quality import Gate
+    from millpond.driver.quality import Gate
 
     table = load_pipeline("activity").tables["silver.activity"]
     batch = spark.sql(
@@ -96,7 +96,7 @@ def test_data_docs_load_nothing_from_the_internet_and_render_styled(spark, lake,
     import json
     import re
 
-    from millpond.engine.quality import Gate
+    from millpond.driver.quality import Gate
 
     table = load_pipeline("activity").tables["silver.activity"]
     batch = spark.sql(

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from millpond.dev.sample_data import ACTIVITY_EPOCH, SECONDS_PER_FILE, activity_files, land_file
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths, pending_reprocess
 from millpond.lake.delta_log import latest_version
 from millpond.spec.reprocess import parse_interval

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from millpond.engine.reprocess import TXN_APP_ID, Txn, _replace
+from millpond.driver.reprocess import TXN_APP_ID, Txn, _replace
 from millpond.lake import paths, pending_reprocess
 from millpond.spec.reprocess import parse_interval
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
 from tests.support import REPO

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import driver_jit, runner
+from millpond.driver import driver_jit, runner
 from millpond.lake import paths
 from millpond.spec import SpecError, load_pipeline
 

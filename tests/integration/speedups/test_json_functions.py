@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from millpond.engine import sources
+from millpond.driver import sources
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from millpond.dev.sample_data import activity_files
-from millpond.engine import class_archive
+from millpond.driver import class_archive
 from millpond.lake import paths
 from tests.support.lake_tables import data_commits_without_txn
 from tests.support.stress import MILLPOND

@@ -91,7 +91,7 @@ def test_each_pipeline_task_graph_matches_its_spec(dagbag, pipelines):
         assert ingest.application_args[:3] == [pipeline.name, "--layers", "bronze,silver"]
         assert "--defer-gate-failure" in ingest.application_args
         assert gold.application_args[:3] == [pipeline.name, "--layers", "gold"]
-        assert ingest.application.endswith("millpond/engine/runner.py") and ingest._conn_id == "spark_millpond"
+        assert ingest.application.endswith("millpond/driver/runner.py") and ingest._conn_id == "spark_millpond"
 
         def outlets(task_id, dag=dag):
             return sorted(a.name for a in dag.get_task(task_id).outlets)

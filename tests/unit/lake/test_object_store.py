@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from millpond.engine import s3a
+from millpond.driver import s3a
 from millpond.lake.object_store import ObjectStoreError, S3Access, S3Location, delta_rs_options, is_object_store
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.spec import KafkaSource, SpecError, all_spec_paths, function_problems, load_pipeline, validate_all
 from tests.support import REPO
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from millpond.engine import runner
+from millpond.driver import runner
 from millpond.spec import SpecError, load_pipeline
 from millpond.spec.reprocess import layout_folders, layout_problem, parse_interval, plan_reprocess
 from tests.support import REPO
