@@ -13,6 +13,7 @@ preview.py      `millpond preview`: a table's micro-batches on the terminal, not
 faults.py       the fault points the kill tests stop a run at
 driver_jit.py, speedups.py   the speed-ups and the settings that switch them off
 connect_server.py   `millpond engine`: a Spark Connect server runs use through SPARK_REMOTE (code fingerprinted)
+targets.py      where a run executes, chosen once: a JVM of its own (OwnJvm) or the engine (OnEngine)
 connect_batch.py    what a run on the engine does in the server's batch worker (settings, reports)
 run_guard.py    the check before every commit, and on the engine the guard that stops a gone run's batch
 """

@@ -41,16 +41,12 @@ from millpond.lake import paths
 from millpond.lake.object_store import S3Path
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
     from millpond.driver.progress import ProgressListener
     from millpond.driver.sinks.base import BatchSink
     from millpond.lake.paths import LakePath
     from millpond.runs.run_record import TableResult
-
-
-def is_remote(spark: SparkSession) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def reports_folder(token: str) -> LakePath:

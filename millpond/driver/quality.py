@@ -477,13 +477,11 @@ def check_main(argv: list[str] | None = None) -> int:
     except (SpecError, SuiteError) as exc:
         print(f"millpond check: {exc}", file=sys.stderr)
         return 2
+    from millpond.driver import targets
     from millpond.driver.connect_server import EngineError
-    from millpond.driver.session import command_session
 
     try:
-        with command_session(
-            f"millpond-check:{pipeline.name}", pipeline.shuffle_partitions, args.master, pipeline
-        ) as spark:
+        with targets.for_command(args.master).command_session(f"millpond-check:{pipeline.name}", pipeline) as spark:
             return _check_tables(spark, pipeline, tables, args)
     except EngineError as exc:  # the engine runs other code than this command, or does not answer: nothing ran
         print(f"millpond check: {exc}", file=sys.stderr)

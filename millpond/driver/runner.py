@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from millpond.driver import driver_jit, run_guard, speedups
+from millpond.driver import driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import pipeline_lock
@@ -249,19 +249,10 @@ def _run_locked(
     if not spark_allowed:
         return NEEDS_SPARK
     # Heavy imports only now: validation and lock errors above answer in well under a second.
-    from pyspark import SparkContext
-
-    from millpond.driver.connect_batch import reports_folder
+    from millpond.driver import targets
     from millpond.driver.connect_server import EngineError
     from millpond.driver.progress import batch_rows, listening
-    from millpond.driver.session import (
-        build_spark_session,
-        class_archive_in_effect,
-        compiles_huge_methods,
-        driver_jit_in_effect,
-        engine_remote,
-        engine_session,
-    )
+    from millpond.driver.session import class_archive_in_effect, compiles_huge_methods, driver_jit_in_effect
     from millpond.driver.streaming import TableFailed, run_table
 
     if refresh:
@@ -278,16 +269,13 @@ def _run_locked(
             "(with rule name and run id) instead of stopping at the gate"
         )
     # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
-    launching = SparkContext._active_spark_context is None and engine_remote() is None
+    target = targets.for_run(args.master)  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
+    launching = target.launching
     phases = {"launch": seconds_since_launch()} if launching else {}
     jit = driver_jit.choose(pipeline, tables, bool(refresh))
     started = time.perf_counter()
-    try:  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
-        on_engine = engine_remote() is not None  # its batches report in the folder of this holding of the lock
-        reports = reports_folder(run_guard.guard_for(pipeline.name, run_id).token) if on_engine else None
-        spark = (reports and engine_session(pipeline.shuffle_partitions, reports, pipeline)) or build_spark_session(
-            f"millpond:{pipeline.name}", pipeline.shuffle_partitions, args.master, jit.java_options
-        )
+    try:
+        spark = target.run_session(pipeline, run_id, jit.java_options)
     except EngineError as exc:  # the engine runs other code than this run, or does not answer: nothing ran
         print(f"millpond: {exc}", file=sys.stderr)
         return ENGINE_REFUSED
@@ -313,7 +301,7 @@ def _run_locked(
                 print(format_result(results[-1]), flush=True)
                 continue
             try:
-                result = run_table(spark, pipeline, table, run, table_id in refresh, listener)
+                result = run_table(spark, target, pipeline, table, run, table_id in refresh, listener)
             except TableFailed as exc:
                 failed = table_id
                 result = failed_result(pipeline, table, exc)

@@ -42,8 +42,8 @@ def build_spark_session(
     starts the JVM.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
-    # A JVM of this process's own, even with SPARK_REMOTE set (a run that wants the engine asks engine_session
-    # first; `millpond generate` and preview ask for a JVM): pyspark would refuse a master beside it
+    # A JVM of this process's own, even with SPARK_REMOTE set (a run or check that goes to the engine never calls
+    # this: millpond.driver.targets; `millpond generate` and preview ask for a JVM): pyspark would refuse a master beside it
     # (CANNOT_CONFIGURE_SPARK_CONNECT_MASTER), so it is hidden while the session is built. Set but blank, it is
     # dropped for good (pyspark would still refuse it). Once it is back, a classic `builder.getOrCreate()` in this
     # process would be refused: no caller that sets it (preview, generate) makes one; runs with their own JVM have
@@ -105,11 +105,6 @@ def _holds_connect_session() -> bool:
     return any(session is not None and not session.is_stopped for session in held)
 
 
-def engine_remote() -> str | None:
-    """The engine a run uses (SPARK_REMOTE), or None for a JVM of its own: millpond.driver.connect_server.remote."""
-    return connect_server.remote()
-
-
 def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline | None = None) -> SparkSession:
     """A new Spark Connect session on the engine (millpond.driver.connect_server): a session id of its own, so no
     conf, view or tag of another run is seen. Raises EngineError when the engine runs other code than this
@@ -167,20 +162,11 @@ def _reachable_or_refuse(remote: str) -> None:
 _engine_release: list[Callable[[], None]] = []  # the open engine session's release, if any
 
 
-def engine_session(shuffle_partitions: int, reports: LakePath, pipeline: Pipeline | None = None) -> SparkSession | None:
-    """With SPARK_REMOTE set (millpond.driver.connect_server), a Connect session of this run's own on the engine,
-    else None (the run starts a JVM of its own). Raises EngineError when the engine runs other code than this run,
-    or does not answer. `reports` is the folder the run's server-side batches report in (removed at the end).
-
-    The runner releases the session before it frees the pipeline lock (`release_engine_session`), and SIGTERM
-    (Airflow's on_kill) ends the run through that path: the server then stops the session's queries before the
-    next run can start. A SIGKILLed run cannot release it: its batches stop at their next commit instead
-    (millpond.driver.connect_batch)."""
-    remote = engine_remote()
-    if remote is None:
-        return None
-    spark, give_back = _session_in_callers_place(remote, shuffle_partitions, pipeline)
-    print(f"millpond: on the engine at {remote.split(';')[0]}, session {getattr(spark, 'session_id', '?')}", flush=True)
+def hold_until_released(spark: SparkSession, give_back: Callable[[], None], reports: LakePath) -> None:
+    """Keep a run's engine session until `release_engine_session`: the runner calls it before it frees the pipeline
+    lock, and SIGTERM (Airflow's on_kill) ends the run through that path, so the server stops the session's queries
+    before the next run can start. A SIGKILLed run cannot release it: its batches stop at their next commit instead
+    (millpond.driver.run_guard). `reports` is the folder the run's server-side batches report in (removed then)."""
 
     def release() -> None:
         spark.stop()
@@ -194,10 +180,9 @@ def engine_session(shuffle_partitions: int, reports: LakePath, pipeline: Pipelin
     atexit.register(release_engine_session)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, terminate)
-    return spark
 
 
-def _session_in_callers_place(
+def session_in_callers_place(
     remote: str, shuffle_partitions: int, pipeline: Pipeline | None
 ) -> tuple[SparkSession, Callable[[], None]]:
     """connect_session, and what gives the caller's Connect session back once it has stopped; a refused or failed
@@ -229,30 +214,6 @@ def _callers_connect_session() -> Callable[[], None]:
             connect_session_class._active_session.session = active
 
     return give_back
-
-
-@contextmanager
-def command_session(
-    app_name: str, shuffle_partitions: int, master: str | None, pipeline: Pipeline
-) -> Iterator[SparkSession]:
-    """The session of a command that reads the lake but is not a run (`millpond check`): with SPARK_REMOTE set, a
-    Connect session of its own on the engine (stale code refused as a run's, EngineError), stopped at the end and the
-    caller's session given back; else a JVM of this process's own (build_spark_session, on `master`)."""
-    remote = engine_remote()
-    if remote is None:
-        yield build_spark_session(app_name, shuffle_partitions, master)
-        return
-    if master is not None:
-        raise EngineError(
-            f"--master {master} asks for a JVM of this command's own, but SPARK_REMOTE names an engine; "
-            "unset SPARK_REMOTE to use --master, or leave --master out to run on the engine"
-        )
-    spark, give_back = _session_in_callers_place(remote, shuffle_partitions, pipeline)
-    try:
-        yield spark
-    finally:
-        spark.stop()
-        give_back()
 
 
 def release_engine_session() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 from pyspark.sql import SparkSession
@@ -19,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.utils import CapturedException
 
-from millpond.driver import connect_batch, run_guard, sources
+from millpond.driver import sources
 from millpond.driver.faults import inject_fault
 from millpond.driver.plan import plan_table
 from millpond.driver.progress import ProgressListener, watermark_of
@@ -30,6 +31,9 @@ from millpond.lake.delta_log import rows_added
 from millpond.lake.paths import LakePath
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import Pipeline, Table
+
+if TYPE_CHECKING:
+    from millpond.driver.targets import Target
 
 
 class TableFailed(RuntimeError):
@@ -50,6 +54,7 @@ def checkpoint_query_id(checkpoint: LakePath) -> str:
 
 def start_query(
     spark: SparkSession,
+    target: Target,
     pipeline: Pipeline,
     table: Table,
     run: RunContext,
@@ -76,12 +81,7 @@ def start_query(
         writer = writer.option("path", str(paths.table_path(table.id)))
     else:
         sink = sink_for(spark, pipeline, table, app_id, run, result, listener)
-        if connect_batch.is_remote(spark):  # on the engine: the sink runs in the server's batch worker
-            guard = run_guard.guard_for(pipeline.name, run.run_id)
-            report = connect_batch.report_path(guard, table.id)
-            writer = writer.foreachBatch(connect_batch.ServerSideBatch(sink, guard, report))
-        else:
-            writer = writer.foreachBatch(sink)
+        writer = writer.foreachBatch(target.batch_function(sink, table.id))
     if table.trigger.kind == "availableNow":
         writer = writer.trigger(availableNow=True)
     elif table.trigger.kind == "once":
@@ -92,18 +92,9 @@ def start_query(
     return writer.start()
 
 
-def await_query(spark: SparkSession, query: StreamingQuery) -> None:
-    """Wait for the query's end (raising its error). On the engine, in short waits: a SIGTERM reaches the run
-    between them (it then releases its session, which stops the query on the server)."""
-    if not connect_batch.is_remote(spark):
-        query.awaitTermination()
-        return
-    while not query.awaitTermination(2):
-        pass
-
-
 def run_table(
     spark: SparkSession,
+    target: Target,
     pipeline: Pipeline,
     table: Table,
     run: RunContext,
@@ -125,16 +116,14 @@ def run_table(
         if previous is not None:  # the query would find nothing: skip its start (seconds per table, B5)
             result.input_unchanged, result.state_rows = True, int(previous.get("state_rows", 0))
         else:
-            query = start_query(spark, pipeline, table, run, result, listener)
+            query = start_query(spark, target, pipeline, table, run, result, listener)
             try:
                 if table.trigger.kind == "processingTime":
                     query.processAllAvailable()  # a scheduled run drains what is there, then yields the slot
                     query.stop()
-                await_query(spark, query)
+                target.await_query(query)
             finally:  # on the engine, what the batches counted comes back from the server's worker
-                if connect_batch.is_remote(spark):
-                    guard = run_guard.guard_for(pipeline.name, run.run_id)
-                    connect_batch.fold_report(result, listener, connect_batch.report_path(guard, table.id))
+                target.collect(result, listener, table.id)
             inject_fault(table.id, "after_query")  # every batch committed; millpond's own records not yet
             collect_progress(listener.progress_of(query), table, result)
             checkpoints.record_shape(pipeline, table)
