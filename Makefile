@@ -161,11 +161,12 @@ REPEATS ?=
 bench: setup airflow-db
 	$(BIN)/python -m bench.run --scale $(SCALE) $(if $(ONLY),--only $(ONLY)) $(if $(REPEATS),--repeats $(REPEATS))
 
-# The engine (docs/engine.md) starts first and the Airflow tasks run on it through SPARK_REMOTE; ENGINE=off gives
-# each task a JVM of its own (spark-submit) instead.
+# The engine (docs/engine.md) starts first and the Airflow tasks run on it through the Airflow connection
+# spark_connect_millpond; ENGINE=off gives each task a JVM of its own (spark-submit) instead.
 ENGINE ?= on
 up: setup airflow-db
-	$(if $(filter on,$(ENGINE)),remote="$$($(BIN)/millpond engine start)" || exit 1; export SPARK_REMOTE="$$remote";) \
+	$(if $(filter on,$(ENGINE)),conn="$$($(BIN)/millpond engine start --airflow-connection)" || exit 1; \
+	    export AIRFLOW_CONN_SPARK_CONNECT_MILLPOND="$$conn";) \
 	    scripts/airflow-up.sh
 
 down:

@@ -241,13 +241,18 @@ def cmd_engine(args: argparse.Namespace) -> int:
     try:
         if args.action == "start":
             state, started = engine.start(args.host, args.port, args.master, args.foreground, not args.no_token)
+            usage = (
+                "Airflow's tasks use it with AIRFLOW_CONN_SPARK_CONNECT_MILLPOND"
+                if args.airflow_connection
+                else "Runs use it with SPARK_REMOTE"
+            )
             print(
                 f"millpond: engine pid {state.pid} {'started' if started else 'already up'} on "
-                f"{state.host}:{state.port} for {lake} (code {state.fingerprint}); log {state.log}. Runs use it with "
-                f"SPARK_REMOTE set to the line below",
+                f"{state.host}:{state.port} for {lake} (code {state.fingerprint}); log {state.log}. {usage} set to the "
+                "line below",
                 file=sys.stderr,
             )
-            print(state.remote)
+            print(state.airflow_connection if args.airflow_connection else state.remote)
             return 0
         if args.action == "stop":
             stopped = engine.stop(lake)
@@ -365,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     engine.add_argument("--foreground", action="store_true", help="become the server (a container's command)")
     engine.add_argument(
         "--no-token", action="store_true", help="no token: only on a private network with no published port"
+    )
+    engine.add_argument(
+        "--airflow-connection",
+        action="store_true",
+        help="start: print the engine as an Airflow connection (AIRFLOW_CONN_SPARK_CONNECT_MILLPOND), not SPARK_REMOTE",
     )
     engine.add_argument("--json", action="store_true")
     engine.set_defaults(func=cmd_engine)

@@ -128,8 +128,19 @@ def engine_server(tmp_path_factory, request) -> Generator[dict, None, None]:
     started = subprocess.run([MILLPOND, "engine", "start"], env=env, capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr[-3000:]
     remote = started.stdout.strip().splitlines()[-1]
+    # The same engine as `make up` gives it to Airflow (already up: the command only prints it)
+    again = [MILLPOND, "engine", "start", "--airflow-connection"]
+    connection = subprocess.run(again, env=env, capture_output=True, text=True, timeout=300)
+    assert connection.returncode == 0 and "already up" in connection.stderr, connection.stderr[-3000:]
     (folder,) = (state / "millpond" / "engines").iterdir()  # millpond.lake.paths.engine_dir of its bucket lake
-    yield {"remote": remote, "env": env, "folder": folder, "log": folder / "engine.log", "bucket": "test-engine"}
+    yield {
+        "remote": remote,
+        "airflow_connection": connection.stdout.strip().splitlines()[-1],
+        "env": env,
+        "folder": folder,
+        "log": folder / "engine.log",
+        "bucket": "test-engine",
+    }
     subprocess.run([MILLPOND, "engine", "stop"], env=env, capture_output=True, text=True, timeout=120)
 
 

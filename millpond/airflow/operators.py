@@ -32,6 +32,7 @@ from millpond.airflow.spark_app import (
     EXIT_CODES,
     RUNNER,
     SPARK_CONN_ID,
+    engine_remote,
     job_env,
     lake_access,
     lake_jars,
@@ -39,6 +40,7 @@ from millpond.airflow.spark_app import (
     spark_master,
 )
 from millpond.driver import jars
+from millpond.driver.connect_server import REMOTE_ENV
 from millpond.runs import run_summary
 
 if TYPE_CHECKING:
@@ -120,7 +122,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
                 self.log.info("Object-store lake: AWS_* from Airflow connection %r", AWS_CONN_ID)
             if self.run_without_spark():
                 return
-            if self.run_on_engine():  # SPARK_REMOTE: the engine (millpond.driver.connect_server), no spark-submit
+            if self.run_on_engine():  # the engine (millpond.driver.connect_server): no spark-submit
                 return
             self.submit()
 
@@ -141,7 +143,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
             self._hook.submit(self.application)
         finally:  # hidden from spark-submit only (run_on_engine): later tasks of this process still see it
             if self._hidden_remote is not None:
-                os.environ["SPARK_REMOTE"] = self._hidden_remote
+                os.environ[REMOTE_ENV] = self._hidden_remote
 
     def run_without_spark(self) -> bool:
         """A run in which no table has anything new needs no JVM: the runner records it here, in ~1 s."""
@@ -163,21 +165,21 @@ class MillpondSparkSubmitOperator(BaseOperator):
         )
 
     def run_on_engine(self) -> bool:
-        """SPARK_REMOTE set: the run goes to the engine as a runner process of its own, its output in this task's
-        log. on_kill sends it SIGTERM, which releases its Connect session: the server stops its queries."""
-        from millpond.driver import connect_server
-
-        if connect_server.remote() is None:
+        """An engine named (spark_app.engine_remote: the Airflow connection, else SPARK_REMOTE): the run goes to it as
+        a runner process of its own, its output in this task's log. on_kill sends it SIGTERM, which releases its
+        Connect session: the server stops its queries."""
+        remote = engine_remote()
+        if remote is None:
             return False
         if self.conf:  # a running server's session cannot take them all (spark.driver.*, spark.jars, ...)
             self.log.info(
-                "SPARK_REMOTE is set, but this task sets its own Spark conf (%s), which only a new JVM applies: "
+                "An engine is named, but this task sets its own Spark conf (%s), which only a new JVM applies: "
                 "submitting with spark-submit",
                 ", ".join(sorted(self.conf)),
             )
-            self._hidden_remote = os.environ.pop(connect_server.REMOTE_ENV)  # spark-submit would read it as --remote
+            self._hidden_remote = os.environ.pop(REMOTE_ENV, None)  # spark-submit would read it as --remote
             return False
-        env = {**os.environ, **job_env(), **self.env_vars}
+        env = {**os.environ, **job_env(), **self.env_vars, REMOTE_ENV: remote}
         command = [sys.executable, "-m", "millpond.driver.runner", *self.application_args]
         # In the task's process group: a kill of the task's group reaches the run too; and a task process killed
         # outright (SIGKILL, no on_kill) takes the run with it, as it takes spark-submit's tree.

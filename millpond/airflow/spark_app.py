@@ -13,15 +13,17 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from millpond import settings
-from millpond.driver import s3a, speedups
+from millpond.driver import connect_server, s3a, speedups
 from millpond.driver.spark_conf import base_conf
 from millpond.lake import paths
 
 SPARK_CONN_ID = "spark_millpond"
+ENGINE_CONN_ID = "spark_connect_millpond"  # the engine the tasks run on (docs/engine.md#airflow)
 AWS_CONN_ID = "aws_millpond"  # an object-store lake's credentials and endpoint (docs/object-storage.md#airflow)
 EXIT_CODES = {
     1: "a table failed",
@@ -59,6 +61,17 @@ def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
     else:
         master = f"{conn.conn_type}://{conn.host or ''}"
     return f"{master}:{conn.port}" if conn.port else master
+
+
+def engine_remote() -> str | None:
+    """The engine Airflow's Spark tasks run on, as a SPARK_REMOTE value: the Airflow connection
+    `spark_connect_millpond` (the Spark provider's Spark Connect type: host, port, and the engine's token as its
+    password), else the worker's own SPARK_REMOTE; None when neither names one (the task uses spark-submit). Through
+    the connection the token sits in Airflow's connection store, and Airflow masks it in task logs."""
+    try:
+        return SparkConnectHook(ENGINE_CONN_ID).get_connection_url()
+    except AirflowNotFoundException:  # not defined: a secrets backend's own error is raised, not run around
+        return connect_server.remote()
 
 
 def job_env() -> dict[str, str]:

@@ -84,8 +84,18 @@ class EngineState:
     def remote(self) -> str:
         """The SPARK_REMOTE value. `localhost`, not 127.0.0.1: pyspark sends a token without TLS only to a host
         named `localhost` (gRPC local credentials); to any other host it insists on TLS."""
-        host = "localhost" if self.host in ("127.0.0.1", "localhost") else self.host
-        return f"sc://{host}:{self.port}/" + (f";token={self.token}" if self.token else "")
+        return f"sc://{self.client_host}:{self.port}/" + (f";token={self.token}" if self.token else "")
+
+    @property
+    def client_host(self) -> str:
+        return "localhost" if self.host in ("127.0.0.1", "localhost") else self.host
+
+    @property
+    def airflow_connection(self) -> str:
+        """The same engine as an Airflow connection (AIRFLOW_CONN_SPARK_CONNECT_MILLPOND, the Spark provider's Spark
+        Connect type), which millpond.airflow.spark_app.engine_remote turns back into `remote`."""
+        conn = {"conn_type": "spark_connect", "host": self.client_host, "port": self.port}
+        return json.dumps({**conn, **({"password": self.token} if self.token else {})})
 
 
 def state_path(lake: LakePath | None = None) -> Path:

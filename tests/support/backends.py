@@ -91,6 +91,7 @@ class OnEngine(OwnJvm):
 
     def __init__(self, server: dict):
         self.remote, self.log, self.folder = server["remote"], Path(server["log"]), Path(server["folder"])
+        self.airflow_connection = server["airflow_connection"]  # the same engine, as `make up` gives it to Airflow
 
     def env(self, **extra: str) -> dict[str, str]:
         return super().env(SPARK_REMOTE=self.remote, **extra)

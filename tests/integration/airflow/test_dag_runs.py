@@ -99,12 +99,13 @@ def run_id_of(log: str) -> str:
 
 def test_dag_run_processes_landed_files_end_to_end(site, spark, backend, monkeypatch):
     """On both backends: spark-submit per Spark task (lake A, which the later tests go on with), or every task's run
-    on the worker's engine through SPARK_REMOTE, as `make up` sets it (a lake of its own)."""
+    on the worker's engine through the Airflow connection, as `make up` defines it (a lake of its own)."""
     root, lake, env = site
     on_engine = backend.name == "engine"
     if on_engine:
         lake = root / "lake-engine"
-        env = {**env, "MILLPOND_LAKE": str(lake), "SPARK_REMOTE": backend.remote}
+        env = {k: v for k, v in env.items() if k != "SPARK_REMOTE"}  # the connection alone names the engine
+        env |= {"MILLPOND_LAKE": str(lake), "AIRFLOW_CONN_SPARK_CONNECT_MILLPOND": backend.airflow_connection}
         monkeypatch.setenv("MILLPOND_LAKE", str(lake))
     hour = 10 if on_engine else 5
     land(lake, 2, seed=1)

@@ -244,6 +244,55 @@ def test_a_task_with_its_own_spark_conf_is_submitted_not_run_on_the_engine(dagba
     assert "SPARK_REMOTE" not in os.environ
 
 
+def test_the_engine_comes_from_the_airflow_connection_before_spark_remote(monkeypatch):
+    """`make up` defines the engine as the Airflow connection `millpond engine start --airflow-connection` prints: a
+    task turns it back into the very SPARK_REMOTE that command prints without the flag, and it wins over the worker's
+    own SPARK_REMOTE; without the connection the worker's SPARK_REMOTE names the engine, and with neither, none."""
+    from millpond.airflow.spark_app import engine_remote
+    from millpond.driver.connect_server import EngineState
+
+    state = EngineState(4242, 15123, "127.0.0.1", "tok-en_1", "f", {}, "2026-11-28T00:00:00Z", "/tmp/engine.log")
+    monkeypatch.setenv("SPARK_REMOTE", "sc://elsewhere:1/;token=old")
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_MILLPOND", state.airflow_connection)
+    assert engine_remote() == state.remote == "sc://localhost:15123/;token=tok-en_1"
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_CONNECT_MILLPOND")
+    assert engine_remote() == "sc://elsewhere:1/;token=old"
+    monkeypatch.delenv("SPARK_REMOTE")
+    assert engine_remote() is None
+
+
+def test_a_task_on_the_engine_of_the_connection_gives_its_runner_that_engine(dagbag, monkeypatch, tmp_path):
+    """The runner process a task starts on the engine gets the connection's URL as its SPARK_REMOTE, and only it:
+    the task's own environment is left as it was."""
+    import os
+    import subprocess
+
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_CONNECT_MILLPOND",
+        '{"conn_type": "spark_connect", "host": "localhost", "port": 15123, "password": "t"}',
+    )
+    monkeypatch.setenv("MILLPOND_LAKE", str(tmp_path / "lake"))
+    started: dict = {}
+
+    class Finished:
+        stdout: list[str] = []
+
+        def __init__(self, command, env, **kwargs):
+            started.update(command=command, env=env)
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Finished)
+    task = dagbag.dags["activity"].get_task("ingest")
+    assert task.run_on_engine() is True
+    assert started["command"][1:3] == ["-m", "millpond.driver.runner"]
+    assert started["env"]["SPARK_REMOTE"] == "sc://localhost:15123/;token=t"
+    assert "SPARK_REMOTE" not in os.environ
+
+
 def test_a_kafka_pipeline_without_its_broker_address_is_created_paused_and_says_why(pipelines, monkeypatch):
     """`make up` unpauses DAGs at creation; one that cannot succeed without its broker stays paused, with the reason."""
     from millpond.airflow.factory import build_dag
