@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from millpond.driver.progress import ProgressListener
     from millpond.driver.streaming import TableFailed
+    from millpond.driver.targets import Target
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -236,25 +237,54 @@ def _run_locked(
     run = RunContext(run_id, args.trigger, args.data_interval_start, args.data_interval_end, quarantine)
     idle = None if refresh or quarantine or plan else results_if_nothing_new(pipeline, tables)
     if idle is not None:
-        # An Airflow task asks in its own process (spark_allowed=False): that process's age is not this run's.
-        phases = {"launch": seconds_since_launch()} if spark_allowed else {}
-        phases["check_sources"] = sum(r.seconds for r in idle)
-        for result in idle:
-            print(format_result(result), flush=True)
-        print("millpond: no table has anything new: no Spark application started")
-        for result in idle:
-            if result.nothing_yet:
-                print(f"millpond: {result.table}: {result.nothing_yet}; it runs once there is something to read")
-        return record_run(pipeline, run, idle, phases, args)
+        return record_idle_run(pipeline, run, idle, args, spark_allowed)
     if not spark_allowed:
         return NEEDS_SPARK
     # Heavy imports only now: validation and lock errors above answer in well under a second.
     from millpond.driver import targets
     from millpond.driver.connect_server import EngineError
     from millpond.driver.progress import batch_rows, listening
-    from millpond.driver.session import class_archive_in_effect, compiles_huge_methods, driver_jit_in_effect
-    from millpond.driver.streaming import TableFailed, run_table
 
+    announce(pipeline, refresh, quarantine)
+    target = targets.for_run(args.master)  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
+    phases: dict[str, float] = {}
+    try:
+        spark = open_session(target, pipeline, run_id, tables, refresh, phases)
+    except EngineError as exc:  # the engine runs other code than this run, or does not answer: nothing ran
+        print(f"millpond: {exc}", file=sys.stderr)
+        return ENGINE_REFUSED
+    refused: list[str] = []
+    with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
+        drain = TableDrain(spark, target, pipeline, run, listener, plan)
+        if plan is None:
+            drain.run(tables, refresh)
+        else:
+            refused = reprocess(drain, plan, tables, refresh)
+    phases.update({r.table: r.seconds for r in drain.results})
+    code = record_run(
+        pipeline, run, drain.results, phases, args, batch_rows(pipeline.name, run.run_id, listener), bool(refused)
+    )
+    return 2 if refused else code
+
+
+def record_idle_run(
+    pipeline: Pipeline, run: RunContext, idle: list[TableResult], args: argparse.Namespace, spark_allowed: bool
+) -> int:
+    """A run in which no table has anything new: its results recorded without a Spark application."""
+    # An Airflow task asks in its own process (spark_allowed=False): that process's age is not this run's.
+    phases = {"launch": seconds_since_launch()} if spark_allowed else {}
+    phases["check_sources"] = sum(r.seconds for r in idle)
+    for result in idle:
+        print(format_result(result), flush=True)
+    print("millpond: no table has anything new: no Spark application started")
+    for result in idle:
+        if result.nothing_yet:
+            print(f"millpond: {result.table}: {result.nothing_yet}; it runs once there is something to read")
+    return record_run(pipeline, run, idle, phases, args)
+
+
+def announce(pipeline: Pipeline, refresh: list[str], quarantine: tuple[str, ...]) -> None:
+    """Say what the run does beyond draining (a full refresh, whose tables are reset now; quarantined failures)."""
     if refresh:
         roots = [t for t in refresh if not set(pipeline.tables[t].upstreams) & set(refresh)]
         extra = [t for t in refresh if t not in roots]
@@ -268,74 +298,98 @@ def _run_locked(
             f"millpond: this run quarantines rows failing `fail` expectations of {', '.join(quarantine)} "
             "(with rule name and run id) instead of stopping at the gate"
         )
+
+
+def open_session(
+    target: Target, pipeline: Pipeline, run_id: str, tables: list[str], refresh: list[str], phases: dict[str, float]
+) -> SparkSession:
+    """The run's session on its target, its start-up phases timed into `phases`; raises EngineError."""
+    from millpond.driver.session import class_archive_in_effect, compiles_huge_methods, driver_jit_in_effect
+
     # Process start to here (the JVM's start under spark-submit); meaningless for a second run in one process.
-    target = targets.for_run(args.master)  # the engine (SPARK_REMOTE) if set, else a JVM of the run's own
     launching = target.launching
-    phases = {"launch": seconds_since_launch()} if launching else {}
+    if launching:
+        phases["launch"] = seconds_since_launch()
     jit = driver_jit.choose(pipeline, tables, bool(refresh))
     started = time.perf_counter()
-    try:
-        spark = target.run_session(pipeline, run_id, jit.java_options)
-    except EngineError as exc:  # the engine runs other code than this run, or does not answer: nothing ran
-        print(f"millpond: {exc}", file=sys.stderr)
-        return ENGINE_REFUSED
+    spark = target.run_session(pipeline, run_id, jit.java_options)
     phases["spark_session"] = time.perf_counter() - started
     if launching:
         print(driver_jit_line(jit, driver_jit_in_effect(spark), compiles_huge_methods(spark)), flush=True)
         print(f"millpond: class archive {class_archive_in_effect(spark) or 'none'}", flush=True)
-    results: list[TableResult] = []
-    failed: str | None = None
-    refused: list[str] = []
+    return spark
 
-    def run_tables(table_ids: list[str], listener: ProgressListener) -> None:
-        nonlocal failed
+
+class TableDrain:
+    """Runs tables in order on one session, collecting their results: once a table fails, the later ones are
+    skipped (they would read what it did not write)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        target: Target,
+        pipeline: Pipeline,
+        run: RunContext,
+        listener: ProgressListener,
+        plan: ReprocessPlan | None,
+    ):
+        self.spark, self.target, self.pipeline, self.run_context = spark, target, pipeline, run
+        self.listener, self.plan = listener, plan
+        self.results: list[TableResult] = []
+        self.failed: str | None = None
+
+    def run(self, table_ids: list[str], refresh: list[str]) -> None:
+        """Drain what is new for each table; those in `refresh` are rebuilt from their sources."""
+        from millpond.driver.streaming import TableFailed, run_table
+
+        pipeline = self.pipeline
         for table_id in table_ids:
             table = pipeline.tables[table_id]
-            if failed:
-                if table_id != failed:
-                    results.append(skipped_result(table, failed))
+            if self.failed:
+                if table_id != self.failed:
+                    self.results.append(skipped_result(table, self.failed))
                 continue
             waiting = nothing_to_read(pipeline, table)
             if waiting:  # asked again here: an upstream table of this run may just have written its first version
-                results.append(nothing_yet_result(table, waiting))
-                print(format_result(results[-1]), flush=True)
+                self.results.append(nothing_yet_result(table, waiting))
+                print(format_result(self.results[-1]), flush=True)
                 continue
             try:
-                result = run_table(spark, target, pipeline, table, run, table_id in refresh, listener)
+                result = run_table(
+                    self.spark, self.target, pipeline, table, self.run_context, table_id in refresh, self.listener
+                )
             except TableFailed as exc:
-                failed = table_id
+                self.failed = table_id
                 result = failed_result(pipeline, table, exc)
-            if plan and table_id in refresh:
-                result.reprocess_start, result.reprocess_end = plan.interval.start, plan.interval.end
+            if self.plan and table_id in refresh:
+                result.reprocess_start, result.reprocess_end = self.plan.interval.start, self.plan.interval.end
                 if result.outcome == "succeeded":  # rebuilt whole: right where its upstreams owe nothing
                     pending_reprocess.rebuilt(pipeline.name, table_id, pipeline.upstream(table_id))
-            results.append(result)
+            self.results.append(result)
             print(format_result(result), flush=True)
 
-    with listening(spark, {paths.query_name(pipeline.name, t): t for t in tables}) as listener:
-        if plan is None:
-            run_tables(tables, listener)
-        else:  # drain what is new, replace the interval's slices, then rebuild the complete-mode tables
-            failed = landing_files_missing(spark, pipeline, plan, results)  # a refusal writes nothing at all
-            if not failed:
-                print(f"millpond: reprocess {plan.interval.text}: first, what is new", flush=True)
-            run_tables([t for t in tables if t not in plan.rebuilds], listener)
-            if not failed:
-                failed, refused = reprocess_slices(spark, pipeline, plan, run, results)
-            owed = pending_reprocess.owed(pipeline.name)
-            rebuilds = [t for t in plan.rebuilds if t in owed]
-            if rebuilds and not failed:
-                print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
-                lease.fence(pipeline.name)
-                for table_id in rebuilds:  # the table stays readable: its first batch overwrites it in one commit
-                    paths.remove_tree(paths.checkpoint_path(pipeline.name, table_id))
-                refresh = rebuilds
-            run_tables(list(plan.rebuilds), listener)  # the others only drain: nothing upstream of them changed
-    phases.update({r.table: r.seconds for r in results})
-    code = record_run(
-        pipeline, run, results, phases, args, batch_rows(pipeline.name, run.run_id, listener), bool(refused)
-    )
-    return 2 if refused else code
+
+def reprocess(drain: TableDrain, plan: ReprocessPlan, tables: list[str], refresh: list[str]) -> list[str]:
+    """Drain what is new, replace the interval's slices, then rebuild the complete-mode tables it owes; returns the
+    tables whose slice was refused."""
+    spark, pipeline = drain.spark, drain.pipeline
+    drain.failed = landing_files_missing(spark, pipeline, plan, drain.results)  # a refusal writes nothing at all
+    if not drain.failed:
+        print(f"millpond: reprocess {plan.interval.text}: first, what is new", flush=True)
+    drain.run([t for t in tables if t not in plan.rebuilds], refresh)
+    refused: list[str] = []
+    if not drain.failed:
+        drain.failed, refused = reprocess_slices(spark, pipeline, plan, drain.run_context, drain.results)
+    owed = pending_reprocess.owed(pipeline.name)
+    rebuilds = [t for t in plan.rebuilds if t in owed]
+    if rebuilds and not drain.failed:
+        print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
+        lease.fence(pipeline.name)
+        for table_id in rebuilds:  # the table stays readable: its first batch overwrites it in one commit
+            paths.remove_tree(paths.checkpoint_path(pipeline.name, table_id))
+        refresh = rebuilds
+    drain.run(list(plan.rebuilds), refresh)  # the others only drain: nothing upstream of them changed
+    return refused
 
 
 def landing_files_missing(

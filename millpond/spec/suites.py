@@ -150,25 +150,9 @@ def load_suite(name: str) -> Suite:
         if not isinstance(item, dict) or not str(item.get("type", "")).startswith("expect_"):
             problems.append(f"{where}: needs a 'type' like expect_column_values_to_not_be_null")
             continue
-        kwargs, meta = item.get("kwargs") or {}, item.get("meta") or {}
-        severity = meta.get("severity")
-        rule = Rule(str(item["type"]), dict(kwargs), str(severity), dict(meta))
-        where = f"{where} ({rule.name})"
-        if severity not in SEVERITIES:
-            problems.append(
-                f"{where}: meta.severity is {severity!r}. Fix: set meta.severity to one of {', '.join(SEVERITIES)}"
-            )
-        elif severity == "drop" and not rule.row_level:
-            problems.append(
-                f"{where}: only row-level expectations can drop rows. Fix: use fail or warn, or one of "
-                f"{', '.join(ROW_LEVEL)}"
-            )
-        elif severity == "drop" and kwargs.get("mostly") is not None:
-            problems.append(
-                f"{where}: 'mostly' makes no sense for a drop rule (every failing row is dropped). Fix: remove 'mostly'"
-            )
-        if rule.row_level and not rule.columns:
-            problems.append(f"{where}: kwargs need 'column' (or 'column_list')")
+        meta = item.get("meta") or {}
+        rule = Rule(str(item["type"]), dict(item.get("kwargs") or {}), str(meta.get("severity")), dict(meta))
+        problems += rule_problems(f"{where} ({rule.name})", rule, meta.get("severity"))
         rules.append(rule)
     names = [r.name for r in rules]
     for duplicate in sorted({n for n in names if names.count(n) > 1}):
@@ -176,6 +160,26 @@ def load_suite(name: str) -> Suite:
     if problems:
         raise SuiteError(problems)
     return Suite(name, path, tuple(rules), raw)
+
+
+def rule_problems(where: str, rule: Rule, severity: Any) -> list[str]:
+    """What is wrong with one expectation's severity and columns (`severity` as the suite spells it)."""
+    problems = []
+    if severity not in SEVERITIES:
+        problems.append(
+            f"{where}: meta.severity is {severity!r}. Fix: set meta.severity to one of {', '.join(SEVERITIES)}"
+        )
+    elif severity == "drop" and not rule.row_level:
+        problems.append(
+            f"{where}: only row-level expectations can drop rows. Fix: use fail or warn, or one of {', '.join(ROW_LEVEL)}"
+        )
+    elif severity == "drop" and rule.kwargs.get("mostly") is not None:
+        problems.append(
+            f"{where}: 'mostly' makes no sense for a drop rule (every failing row is dropped). Fix: remove 'mostly'"
+        )
+    if rule.row_level and not rule.columns:
+        problems.append(f"{where}: kwargs need 'column' (or 'column_list')")
+    return problems
 
 
 def check_suite(name: str) -> list[str]:

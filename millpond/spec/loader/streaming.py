@@ -87,6 +87,44 @@ class StreamingLoader(FieldLoader):
     def streaming_rules(self, where: str, table: Table) -> None:
         """Reject what Structured Streaming would only reject at run time (or never, silently)."""
         agg, mark = table.aggregate, table.watermark
+        self.output_mode_rules(where, table)
+        if table.output_mode == "update":
+            self.update_rules(where, table)
+        if agg and agg.window:
+            self.window_rules(f"{where}.aggregate.window", agg.window)
+        if table.dedup_keys and not mark:
+            self.problem(
+                f"{where}.dedup",
+                "deduplication without a watermark keeps every key in state forever",
+                "add 'watermark: {column: <event time>, delay: ...}'",
+            )
+        if table.order_by and not (agg and table.output_mode == "complete"):
+            self.problem(
+                f"{where}.order_by",
+                "sorting a stream is only supported after an aggregation in complete mode",
+                "drop order_by (sort when you read the table) or aggregate in complete mode",
+            )
+        sql = table.transform.sql if table.transform else None
+        if sql and _ORDER_BY.search(sql):
+            self.problem(
+                f"{where}.transform.sql",
+                "ORDER BY on a stream is not supported (nor window functions)",
+                "remove ORDER BY; sort when you read the table, or use order_by after a complete-mode aggregation",
+            )
+        if table.reads_source and table.is_stateful:
+            self.problem(
+                where,
+                "a table reading landing files or Kafka ingests them as they are (with quarantine)",
+                "deduplicate or aggregate in a downstream table that reads this one",
+            )
+        if table.reads_source and table.layer != "bronze":
+            self.problem(
+                f"{where}.from", "only bronze tables read landing files or Kafka", "read the source in a bronze table"
+            )
+
+    def output_mode_rules(self, where: str, table: Table) -> None:
+        """What complete and append mode need of the table's aggregation and watermark."""
+        agg, mark = table.aggregate, table.watermark
         if table.output_mode == "complete" and table.stateful:
             self.problem(
                 f"{where}.output_mode",
@@ -121,39 +159,6 @@ class StreamingLoader(FieldLoader):
                     f"append mode must group by the watermark column {mark.column!r} (or a window on it)",
                     f"add window: {{column: {mark.column}, duration: ...}}",
                 )
-        if table.output_mode == "update":
-            self.update_rules(where, table)
-        if agg and agg.window:
-            self.window_rules(f"{where}.aggregate.window", agg.window)
-        if table.dedup_keys and not mark:
-            self.problem(
-                f"{where}.dedup",
-                "deduplication without a watermark keeps every key in state forever",
-                "add 'watermark: {column: <event time>, delay: ...}'",
-            )
-        if table.order_by and not (agg and table.output_mode == "complete"):
-            self.problem(
-                f"{where}.order_by",
-                "sorting a stream is only supported after an aggregation in complete mode",
-                "drop order_by (sort when you read the table) or aggregate in complete mode",
-            )
-        sql = table.transform.sql if table.transform else None
-        if sql and _ORDER_BY.search(sql):
-            self.problem(
-                f"{where}.transform.sql",
-                "ORDER BY on a stream is not supported (nor window functions)",
-                "remove ORDER BY; sort when you read the table, or use order_by after a complete-mode aggregation",
-            )
-        if table.reads_source and table.is_stateful:
-            self.problem(
-                where,
-                "a table reading landing files or Kafka ingests them as they are (with quarantine)",
-                "deduplicate or aggregate in a downstream table that reads this one",
-            )
-        if table.reads_source and table.layer != "bronze":
-            self.problem(
-                f"{where}.from", "only bronze tables read landing files or Kafka", "read the source in a bronze table"
-            )
 
     def update_rules(self, where: str, table: Table) -> None:
         """Update mode MERGEs each batch on the table's keys: they must identify exactly one aggregate row."""
