@@ -72,9 +72,9 @@ RUN_ARGS = [
 class MillpondSparkSubmitOperator(BaseOperator):
     """Runs `millpond/driver/runner.py` for some layers of a pipeline, with the Delta jars and our code shipped.
 
-    Three ways to run, cheapest first: without a JVM when no table has anything new, on the engine when SPARK_REMOTE
-    names one (millpond.driver.connect_server), else spark-submit through MillpondSparkSubmitHook. Client mode only: a retry starts a fresh
-    application, never a "reattach".
+    Three ways to run, cheapest first: without a JVM when no table has anything new, on the engine when one is named
+    (spark_app.engine_remote: the Airflow connection, else SPARK_REMOTE), else spark-submit through
+    MillpondSparkSubmitHook. Client mode only: a retry starts a fresh application, never a "reattach".
     """
 
     template_fields = ("application_args", "conf", "env_vars", "name")
@@ -179,7 +179,7 @@ class MillpondSparkSubmitOperator(BaseOperator):
             )
             self._hidden_remote = os.environ.pop(REMOTE_ENV, None)  # spark-submit would read it as --remote
             return False
-        env = {**os.environ, **job_env(), **self.env_vars, REMOTE_ENV: remote}
+        env = {**os.environ, **job_env(), REMOTE_ENV: remote, **self.env_vars}
         command = [sys.executable, "-m", "millpond.driver.runner", *self.application_args]
         # In the task's process group: a kill of the task's group reaches the run too; and a task process killed
         # outright (SIGKILL, no on_kill) takes the run with it, as it takes spark-submit's tree.

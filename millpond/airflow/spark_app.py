@@ -30,7 +30,8 @@ EXIT_CODES = {
     2: "invalid spec or arguments",
     3: "pipeline busy (another writer holds the lock)",
     4: "a quality gate failed",
-    5: "the engine (SPARK_REMOTE) runs other code than this run, or does not answer",
+    5: "the engine (connection spark_connect_millpond, or SPARK_REMOTE) runs other code than this run, or does not "
+    "answer: restart it, then redefine the connection (`make down && make up` does both)",
 }
 STOPPED = "the Spark application was stopped (task killed, timed out or marked failed)"
 
@@ -66,11 +67,22 @@ def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
 def engine_remote() -> str | None:
     """The engine Airflow's Spark tasks run on, as a SPARK_REMOTE value: the Airflow connection
     `spark_connect_millpond` (the Spark provider's Spark Connect type: host, port, and the engine's token as its
-    password), else the worker's own SPARK_REMOTE; None when neither names one (the task uses spark-submit). Through
-    the connection the token sits in Airflow's connection store, and Airflow masks it in task logs."""
+    password), else the worker's own SPARK_REMOTE; None when neither names one (the task uses spark-submit). Airflow
+    masks a connection's password in task logs.
+
+    Airflow reports a connection it cannot read (a secrets backend's error, malformed JSON) as not defined; one set
+    in the environment is named there, so an unreadable one is an error here, never a silent fall back to
+    spark-submit."""
     try:
         return SparkConnectHook(ENGINE_CONN_ID).get_connection_url()
-    except AirflowNotFoundException:  # not defined: a secrets backend's own error is raised, not run around
+    except AirflowNotFoundException as exc:
+        variable = f"AIRFLOW_CONN_{ENGINE_CONN_ID.upper()}"
+        if os.environ.get(variable, "").strip():
+            raise AirflowException(
+                f"{variable} is set, but Airflow cannot read it as a connection ({exc}). Fix: set it to the line "
+                "`millpond engine start --airflow-connection` prints (JSON: conn_type spark_connect, host, port, "
+                "password), or unset it to use SPARK_REMOTE"
+            ) from None
         return connect_server.remote()
 
 

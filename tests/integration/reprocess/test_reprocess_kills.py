@@ -38,9 +38,13 @@ def run(lake: Path, fault: str | None = None, args: tuple[str, ...] = HOUR_1) ->
 
 
 def failure_lines(out: str) -> str:
-    """A failed run's own words: millpond's lines and the errors' first lines, not the JVM's stack frames."""
+    """A failed run's own words: millpond's lines and the errors' first lines, not the JVM's stack frames nor GX's
+    start-up chatter (its registration notes and deprecation warnings; an error of GX's own is kept)."""
+    noise = ("_docs_decorators", "DeprecationWarning", "[py.warnings]", "import sre_")
     lines = [
-        ln for ln in out.splitlines() if not ln.lstrip().startswith(("at ", "...")) and "great_expectations" not in ln
+        ln
+        for ln in out.splitlines()
+        if not ln.lstrip().startswith(("at ", "...")) and not any(part in ln for part in noise)
     ]
     return "\n".join(lines)[-6000:]
 

@@ -262,13 +262,28 @@ def test_the_engine_comes_from_the_airflow_connection_before_spark_remote(monkey
     assert engine_remote() is None
 
 
+def test_an_engine_connection_airflow_cannot_read_is_an_error_not_spark_submit(monkeypatch):
+    """Airflow reports an unreadable connection as not defined: one set in the environment but malformed must fail
+    the task naming the variable and the fix, not send it quietly to spark-submit."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from millpond.airflow.spark_app import engine_remote
+
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_MILLPOND", '{"conn_type": "spark_connect", "host": "localh')
+    with pytest.raises(
+        AirflowException, match=r"AIRFLOW_CONN_SPARK_CONNECT_MILLPOND is set, but .*--airflow-connection"
+    ):
+        engine_remote()
+
+
 def test_a_task_on_the_engine_of_the_connection_gives_its_runner_that_engine(dagbag, monkeypatch, tmp_path):
     """The runner process a task starts on the engine gets the connection's URL as its SPARK_REMOTE, and only it:
     the task's own environment is left as it was."""
     import os
     import subprocess
 
-    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setenv("SPARK_REMOTE", "sc://elsewhere:1/;token=old")  # the worker's own, which the connection beats
     monkeypatch.setenv(
         "AIRFLOW_CONN_SPARK_CONNECT_MILLPOND",
         '{"conn_type": "spark_connect", "host": "localhost", "port": 15123, "password": "t"}',
@@ -290,7 +305,7 @@ def test_a_task_on_the_engine_of_the_connection_gives_its_runner_that_engine(dag
     assert task.run_on_engine() is True
     assert started["command"][1:3] == ["-m", "millpond.driver.runner"]
     assert started["env"]["SPARK_REMOTE"] == "sc://localhost:15123/;token=t"
-    assert "SPARK_REMOTE" not in os.environ
+    assert os.environ["SPARK_REMOTE"] == "sc://elsewhere:1/;token=old"  # the task's own environment is left alone
 
 
 def test_a_kafka_pipeline_without_its_broker_address_is_created_paused_and_says_why(pipelines, monkeypatch):
