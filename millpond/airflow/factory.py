@@ -52,22 +52,41 @@ def build_dag(pipeline: Pipeline, module_doc: str = "", reprocessing: bool = Fal
     backfill of it reprocesses one (coarser) interval per run, e.g. a day of an hourly pipeline. Its scheduled runs
     only drain what is new, like the main DAG's (usually nothing: no JVM), under the same pipeline lock.
     """
-    tables = list(pipeline.tables)
-    ingest_tables = [t for t in tables if pipeline.tables[t].layer in INGEST_LAYERS]
-    gold_tables = pipeline.layer_tables("gold")
-    suites = {t.id: t.expectations for t in pipeline.tables.values() if t.expectations}
     cron = pipeline.reprocess_schedule if reprocessing and pipeline.reprocess_schedule else pipeline.schedule
     schedule: Any = "@once" if cron == "@once" else CronDataIntervalTimetable(cron, "UTC")
     # A pipeline whose Kafka address is not set here would fail every run: created paused, and the UI says why.
     unset = unset_environment(pipeline)
     paused_why = (
-        (
-            f"Paused: needs {', '.join(unset)} (a Kafka broker; `make kafka-up` starts a local one, then "
-            "set it for Airflow and unpause)"
-        )
-        if unset
-        else None
+        f"Paused: needs {', '.join(unset)} (a Kafka broker; `make kafka-up` starts a local one, then set it for "
+        "Airflow and unpause)"
     )
+    with DAG(
+        dag_id=pipeline.name + (REPROCESS_SUFFIX if reprocessing else ""),
+        schedule=schedule,
+        start_date=datetime.combine(pipeline.start_date, datetime.min.time(), tzinfo=UTC),
+        catchup=pipeline.catchup,
+        max_active_runs=1,
+        tags=["millpond", *pipeline.tags],
+        description=paused_why if unset else None,
+        is_paused_upon_creation=True if unset else None,
+        doc_md=dag_doc(pipeline, module_doc, cron if reprocessing else None),
+        default_args={
+            "owner": pipeline.owner,
+            "retries": pipeline.retries,
+            "retry_delay": timedelta(seconds=settings.RETRY_DELAY_SECONDS.seconds()),
+        },
+        params=run_params(list(pipeline.tables)),
+        render_template_as_native_obj=False,
+        # The DAG file's globals are the one list of DAGs: a DAG Airflow refuses (build_all) must not reach the
+        # DagBag through the `with` block's registration and fail the whole file.
+        auto_register=False,
+    ) as dag:
+        add_tasks(pipeline)
+    return dag
+
+
+def dag_doc(pipeline: Pipeline, module_doc: str, reprocess_cron: str | None) -> str:
+    """The DAG's page in the UI: the spec's description, its file, its tables and, for the reprocess DAG, its use."""
     doc = "\n\n".join(
         part
         for part in (
@@ -82,95 +101,85 @@ def build_dag(pipeline: Pipeline, module_doc: str = "", reprocessing: bool = Fal
         )
         if part
     )
-    if reprocessing:
+    if reprocess_cron:
         doc += (
-            f"\n\nThe tasks of `{pipeline.name}` on a coarser schedule ({cron}): backfill this DAG to reprocess one "
-            f"{cron} interval per run. Its scheduled runs only drain what is new."
+            f"\n\nThe tasks of `{pipeline.name}` on a coarser schedule ({reprocess_cron}): backfill this DAG to "
+            f"reprocess one {reprocess_cron} interval per run. Its scheduled runs only drain what is new."
         )
-    with DAG(
-        dag_id=pipeline.name + (REPROCESS_SUFFIX if reprocessing else ""),
-        schedule=schedule,
-        start_date=datetime.combine(pipeline.start_date, datetime.min.time(), tzinfo=UTC),
-        catchup=pipeline.catchup,
-        max_active_runs=1,
-        tags=["millpond", *pipeline.tags],
-        description=paused_why,
-        is_paused_upon_creation=True if unset else None,
-        doc_md=doc,
-        default_args={
-            "owner": pipeline.owner,
-            "retries": pipeline.retries,
-            "retry_delay": timedelta(seconds=settings.RETRY_DELAY_SECONDS.seconds()),
-        },
-        params={
-            "full_refresh": Param(
-                [],
-                type="array",
-                items={"type": "string", "enum": tables},
-                title="Full refresh",
-                description="Tables to rebuild from their source (checkpoint, data and quarantine dropped); "
-                "tables reading them are rebuilt too. Empty: a normal incremental run.",
-            ),
-            "reprocess": Param(
-                None,
-                type=["null", "boolean"],
-                title="Reprocess the data interval",
-                description="Rebuild the rows whose event time lies in this run's data interval from the landing "
-                "files as they are now, after draining what is new. Empty: " + "yes for a backfill run, no otherwise.",
-            ),
-            "allow_missing_files": Param(
-                False,
-                type="boolean",
-                title="Allow missing landing files",
-                description="When reprocessing: landing files of the interval gone since they were read are gone "
-                "for good, so their rows are removed too. Off: such a reprocess fails, naming the files.",
-            ),
-        },
-        render_template_as_native_obj=False,
-        # The DAG file's globals are the one list of DAGs: a DAG Airflow refuses (build_all) must not reach the
-        # DagBag through the `with` block's registration and fail the whole file.
-        auto_register=False,
-    ) as dag:
-        # Full refresh goes to the first application that owns a chosen table: the runner rebuilds the tables
-        # downstream of it in the same application, and a second reset would throw that rebuild away.
-        early = f"params.full_refresh | select('in', {ingest_tables!r})"
-        refresh_ingest = "{{ " + early + " | join(',') }}"
-        refresh_gold = (
-            "{{ '' if (" + early + f" | list) else params.full_refresh | select('in', {gold_tables!r}) | join(',') }}}}"
-        )
-        timeout = timedelta(seconds=settings.SPARK_TASK_TIMEOUT_SECONDS.seconds())
-        ingest = MillpondSparkSubmitOperator(
-            task_id="ingest",
-            pipeline=pipeline.name,
-            layers=INGEST_LAYERS,
-            full_refresh=refresh_ingest,
-            extra_args=("--defer-gate-failure",),
-            execution_timeout=timeout,
-            outlets=[table_asset(t) for t in ingest_tables if pipeline.tables[t].layer == "bronze"],
-            doc_md=f"Bronze and silver in one Spark application: {', '.join(ingest_tables)}.",
-        )
+    return doc
 
-        gate = QualityGateOperator(
-            task_id="quality_gate",
-            pipeline=pipeline.name,
-            suites=suites,
-            outlets=[table_asset(t) for t in ingest_tables if pipeline.tables[t].layer == "silver"],
-        )
-        gold = MillpondSparkSubmitOperator(
-            task_id="gold",
-            pipeline=pipeline.name,
-            layers=("gold",),
-            full_refresh=refresh_gold,
-            execution_timeout=timeout,
-            outlets=[table_asset(t) for t in gold_tables],
-            doc_md=f"Gold in one Spark application: {', '.join(gold_tables) or '(no gold tables)'}.",
-        )
 
-        summary = RunSummaryOperator(
-            task_id="run_summary", pipeline=pipeline.name, tables=tables, trigger_rule=TriggerRule.ALL_DONE
-        )
-        ingest >> gate >> gold >> summary
-    return dag
+def run_params(tables: list[str]) -> dict[str, Param]:
+    """What a manual run or a backfill may ask for (the trigger form in the UI)."""
+    return {
+        "full_refresh": Param(
+            [],
+            type="array",
+            items={"type": "string", "enum": tables},
+            title="Full refresh",
+            description="Tables to rebuild from their source (checkpoint, data and quarantine dropped); "
+            "tables reading them are rebuilt too. Empty: a normal incremental run.",
+        ),
+        "reprocess": Param(
+            None,
+            type=["null", "boolean"],
+            title="Reprocess the data interval",
+            description="Rebuild the rows whose event time lies in this run's data interval from the landing "
+            "files as they are now, after draining what is new. Empty: " + "yes for a backfill run, no otherwise.",
+        ),
+        "allow_missing_files": Param(
+            False,
+            type="boolean",
+            title="Allow missing landing files",
+            description="When reprocessing: landing files of the interval gone since they were read are gone "
+            "for good, so their rows are removed too. Off: such a reprocess fails, naming the files.",
+        ),
+    }
+
+
+def add_tasks(pipeline: Pipeline) -> None:
+    """The fixed task graph, inside the DAG's `with` block: ingest >> quality_gate >> gold >> run_summary."""
+    tables = list(pipeline.tables)
+    ingest_tables = [t for t in tables if pipeline.tables[t].layer in INGEST_LAYERS]
+    gold_tables = pipeline.layer_tables("gold")
+    suites = {t.id: t.expectations for t in pipeline.tables.values() if t.expectations}
+    # Full refresh goes to the first application that owns a chosen table: the runner rebuilds the tables
+    # downstream of it in the same application, and a second reset would throw that rebuild away.
+    early = f"params.full_refresh | select('in', {ingest_tables!r})"
+    refresh_ingest = "{{ " + early + " | join(',') }}"
+    refresh_gold = (
+        "{{ '' if (" + early + f" | list) else params.full_refresh | select('in', {gold_tables!r}) | join(',') }}}}"
+    )
+    timeout = timedelta(seconds=settings.SPARK_TASK_TIMEOUT_SECONDS.seconds())
+    ingest = MillpondSparkSubmitOperator(
+        task_id="ingest",
+        pipeline=pipeline.name,
+        layers=INGEST_LAYERS,
+        full_refresh=refresh_ingest,
+        extra_args=("--defer-gate-failure",),
+        execution_timeout=timeout,
+        outlets=[table_asset(t) for t in ingest_tables if pipeline.tables[t].layer == "bronze"],
+        doc_md=f"Bronze and silver in one Spark application: {', '.join(ingest_tables)}.",
+    )
+    gate = QualityGateOperator(
+        task_id="quality_gate",
+        pipeline=pipeline.name,
+        suites=suites,
+        outlets=[table_asset(t) for t in ingest_tables if pipeline.tables[t].layer == "silver"],
+    )
+    gold = MillpondSparkSubmitOperator(
+        task_id="gold",
+        pipeline=pipeline.name,
+        layers=("gold",),
+        full_refresh=refresh_gold,
+        execution_timeout=timeout,
+        outlets=[table_asset(t) for t in gold_tables],
+        doc_md=f"Gold in one Spark application: {', '.join(gold_tables) or '(no gold tables)'}.",
+    )
+    summary = RunSummaryOperator(
+        task_id="run_summary", pipeline=pipeline.name, tables=tables, trigger_rule=TriggerRule.ALL_DONE
+    )
+    ingest >> gate >> gold >> summary
 
 
 def broken_spec_dag(path: Path, problems: list[str]) -> DAG:
