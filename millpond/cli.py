@@ -47,8 +47,10 @@ def cmd_check(argv: list[str]) -> int:
 
 
 def cmd_run(argv: list[str]) -> int:
+    from millpond.driver.runner import dump_stacks_on_sigusr1
     from millpond.driver.runner import main as run_main
 
+    dump_stacks_on_sigusr1()
     return run_main(argv)
 
 

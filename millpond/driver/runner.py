@@ -9,7 +9,9 @@ gate failed (0 with --defer-gate-failure: the Airflow quality_gate task then fai
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -660,5 +662,12 @@ def format_result(r: TableResult) -> str:
     )
 
 
+def dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` of a run that seems stuck prints where each of its Python threads is, to stderr (the task
+    log under Airflow), and the run goes on. Set by the run's own process only, not by a process calling main()."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+
+
 if __name__ == "__main__":
+    dump_stacks_on_sigusr1()
     sys.exit(main())

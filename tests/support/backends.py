@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from tests.support.airflow_run import wait_for
-from tests.support.stress import MILLPOND
+from tests.support.stress import MILLPOND, communicate_or_dump
 
 # What a process holding a Connect session (or the test-engine mode) leaves in the environment, which would send a
 # run with a JVM of its own to an engine.
@@ -72,8 +72,18 @@ class OwnJvm:
     def process(self, *args: str) -> tuple[int, str, str]:
         """A `millpond` command as a process of this backend's (a command an object-store lake's run needs its
         JVM's s3a jars for, which the worker's session lacks): (exit code, stdout, stderr)."""
-        done = subprocess.run([MILLPOND, *args], env=self.env(), capture_output=True, text=True, timeout=900)
-        return done.returncode, done.stdout, done.stderr
+        proc = subprocess.Popen(
+            [MILLPOND, *args], env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            out, err = communicate_or_dump(proc, timeout=900)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{self.hang_context()}") from None
+        return proc.returncode, out, err
+
+    def hang_context(self) -> str:
+        """What else a hung run's failure shows (the engine's log, on the engine)."""
+        return ""
 
     def assert_ran_here(self, out: str) -> None:
         """What a run's output says about where it ran: not on an engine."""
@@ -101,6 +111,10 @@ class OnEngine(OwnJvm):
 
     def command(self, *args: str) -> tuple[int, str, str]:
         return self.process(*args)
+
+    def hang_context(self) -> str:
+        lines = self.log.read_text(errors="replace").splitlines()[-60:]
+        return "\nthe engine's log, last lines:\n" + "\n".join(lines)
 
     def assert_ran_here(self, out: str) -> None:
         assert "millpond: on the engine at sc://localhost:" in out, out[-3000:]

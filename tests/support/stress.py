@@ -57,6 +57,27 @@ def start_run(lake: Path, fault: str | None = None, args: tuple[str, ...] = ()) 
     )
 
 
+def communicate_or_dump(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """proc's (stdout, stderr) once it ends. One still running after `timeout` seconds is asked where it is first (a
+    `millpond run` prints its threads' Python stacks on SIGUSR1: runner.dump_stacks_on_sigusr1), then killed with
+    its group, and the test fails with that output's end: a hang names its place."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(2)
+        if os.getsid(proc.pid) == proc.pid:  # a session of its own (start_run): its JVM goes too
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"{' '.join(map(str, proc.args))} still ran after {timeout:.0f} s; where it was:\n{(out or '')[-4000:]}"
+            f"\n{(err or '')[-6000:]}"
+        ) from None
+    return out or "", err or ""
+
+
 def run_in_process(*args: str, pipeline: str = "activity") -> None:
     """A run on this test worker's Spark session (its lake from MILLPOND_LAKE): where a run is not the process under
     test, a rerun after a kill or a run that sets a lake up, it needs no JVM of its own (docs/testing.md)."""

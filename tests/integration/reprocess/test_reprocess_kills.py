@@ -17,7 +17,7 @@ from millpond.lake import pending_reprocess
 from tests.support.lake_tables import assert_matches_reference
 from tests.support.redelivery import move_event_time
 from tests.support.reference import activity_reference
-from tests.support.stress import assert_nothing_left, run_in_process, start_run
+from tests.support.stress import assert_nothing_left, communicate_or_dump, run_in_process, start_run
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ FILES_PER_HOUR = 3600 // SECONDS_PER_FILE
 
 def run(lake: Path, fault: str | None = None, args: tuple[str, ...] = HOUR_1) -> None:
     proc = start_run(lake, fault, args)
-    out, _ = proc.communicate(timeout=600)
+    out, _ = communicate_or_dump(proc, timeout=600)
     if fault:
         assert proc.returncode == -signal.SIGKILL, (
             f"expected a SIGKILL at {fault}, got {proc.returncode}:\n{failure_lines(out)}"
