@@ -2,8 +2,9 @@
 
 A run that starts its own JVM spends most of a small increment starting it. The engine is Spark's own
 long-lived driver, the Spark Connect server shipped in the pyspark wheel, started with millpond's jars,
-extensions and confs (millpond.driver.session). Runs reach it through `SPARK_REMOTE`, pyspark's own variable,
-each in a Connect session of its own (millpond.driver.connect_batch has what runs server-side).
+extensions and confs (millpond.driver.spark_conf). Runs reach it through `SPARK_REMOTE` (Airflow's tasks through
+the connection millpond.airflow.spark_app.engine_remote reads), each in a Connect session of its own
+(millpond.driver.targets.OnEngine; millpond.driver.connect_batch has what runs server-side).
 
 Safety:
 - the server listens on 127.0.0.1 only (`spark.connect.grpc.binding.address`) and wants a token generated at
@@ -165,7 +166,6 @@ def _hash_files(base: Path | None, files: list[Path]) -> str:
 def _hash_transforms(pipeline: Pipeline | None) -> dict[str, str]:
     """`transforms:<package>` -> hash of each project package the pipeline's (or every spec's) transforms or stateful
     functions are imported from."""
-
     if pipeline is not None:
         pipelines = [pipeline]
     else:
