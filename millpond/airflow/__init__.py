@@ -8,6 +8,7 @@
     processes.py   a stopped task takes spark-submit's whole process tree with it
     assets.py      the Airflow Asset of each Delta table
     plugin.py      the data-quality report links and pages in the UI
+    database.py    how long `make up`'s Airflow processes wait for SQLite's write lock
     report.py      the run summary `make run-dag` prints
 
 The DAG processor imports factory.py and everything it imports every 30 s: those modules stay light.

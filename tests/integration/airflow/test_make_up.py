@@ -121,6 +121,8 @@ def stack(tmp_path_factory):
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs),
             "AIRFLOW__CORE__PARALLELISM": "2",
+            # A 500 from the API carries its statement and error, not only an id to look for in the server's log.
+            "AIRFLOW__API__EXPOSE_STACKTRACE": "True",
         }
     )
     assert not accepts(port)

@@ -1,0 +1,13 @@
+"""How long Airflow's processes wait for SQLite's write lock under `make up`, given to Airflow by its own settings.
+
+`airflow standalone` runs a scheduler, an API server, a DAG processor and a triggerer against one SQLite file, which
+lets one writer in at a time. Python's sqlite3 waits 5 s for that lock and then raises "database is locked", which
+the API server answers with a 500 ("Database error"): CI saw one when a DAG run was triggered while Airflow started on
+a busy machine. Waiting longer turns that failure into a slower answer. scripts/airflow-up.sh points Airflow's
+`[database] sql_alchemy_connect_args` and `sql_alchemy_connect_args_async` here when the database is SQLite; each
+gets a dict of its own because Airflow adds keys to the one it is given.
+"""
+
+SQLITE_WAIT_SECONDS = 30.0
+SQLITE_CONNECT_ARGS = {"timeout": SQLITE_WAIT_SECONDS}
+SQLITE_ASYNC_CONNECT_ARGS = {"timeout": SQLITE_WAIT_SECONDS}
