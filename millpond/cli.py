@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import cast
 
 from millpond import settings
-from millpond.lake import paths
+from millpond.lake import paths, storage
 from millpond.project.scaffold import DEFAULT_PIPELINE
 from millpond.spec import FileSource, KafkaSource, Pipeline, SpecError, load_pipeline, validate_all
 
@@ -93,32 +92,11 @@ def landing_folder(pipeline: Pipeline, source_id: str) -> paths.LakePath:
 
 @contextmanager
 def local_landing(folders: list[paths.LakePath]) -> Iterator[list[Path]]:
-    """The landing folders as local folders the sample generators write into. A folder lake's are themselves. On an
-    object-store lake each is a temporary folder holding an empty stand-in for every file already landed (the
-    generators number new files after those), and the files the generator adds are then put into the bucket, one
-    PUT each, so a run sees each file whole or not at all."""
-    from millpond.lake.object_store import S3Path
-
-    if not any(isinstance(folder, S3Path) for folder in folders):
-        for folder in folders:
-            cast(Path, folder).mkdir(parents=True, exist_ok=True)
-        yield [cast(Path, folder) for folder in folders]
-        return
-    with tempfile.TemporaryDirectory(prefix="millpond-generate-") as tmp:
-        locals_, present = [], []
-        for n, folder in enumerate(folders):
-            local = Path(tmp) / str(n)
-            local.mkdir()
-            names = {entry.name for entry in folder.iterdir()} if folder.is_dir() else set()
-            for name in names:
-                (local / name).touch()
-            locals_.append(local)
-            present.append(names)
-        yield locals_
-        for folder, local, names in zip(folders, locals_, present, strict=True):
-            for file in sorted(local.iterdir()):
-                if file.name not in names and not file.name.startswith("."):
-                    (folder / file.name).write_bytes(file.read_bytes())
+    """The landing folders as local folders the sample generators write into (millpond.lake.storage.local_folder):
+    on an object-store lake each holds an empty stand-in for every file already landed, as the generators number
+    new files after those, and each new file is then put into the bucket whole."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(storage.local_folder(folder, stand_ins=True)) for folder in folders]
 
 
 def generate_recordings(args: argparse.Namespace) -> int:

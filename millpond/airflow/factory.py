@@ -17,7 +17,6 @@ delta, great_expectations, pandas and even the Spark provider's modules load onl
 from __future__ import annotations
 
 import logging
-import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, TriggerRule
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.airflow.assets import table_asset
 from millpond.airflow.operators import (
     MillpondSparkSubmitOperator,
@@ -217,7 +216,7 @@ def build_all(module_doc: str = "", project: Path | None = None) -> dict[str, DA
     MILLPOND_PROJECT, when set, wins.
     """
     if project is not None:
-        os.environ.setdefault(settings.PROJECT.name, str(project))
+        process_env.default_for_process(settings.PROJECT.name, str(project))
     dags = {}
     for path in all_spec_paths():
         try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import subprocess
 import sys
 from datetime import UTC
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.airflow.plugin import ReportLink
 from millpond.airflow.py_files import build_py_files
 from millpond.airflow.report import format_summary
@@ -110,7 +109,6 @@ class MillpondSparkSubmitOperator(BaseOperator):
         self.conf, self.env_vars = conf or {}, env_vars or {}
         self.jars = self.py_files = ""
         self._hook: MillpondSparkSubmitHook | None = None
-        self._hidden_remote: str | None = None
 
     def execute(self, context: Any) -> None:
         interval = reprocess_interval(context)
@@ -139,11 +137,10 @@ class MillpondSparkSubmitOperator(BaseOperator):
         # since the provider turns env_vars into --conf arguments under a yarn or k8s master.
         self.env_vars = {**job_env(), **self.env_vars}
         self._hook = self.build_hook()
-        try:
+        # An engine's address would make spark-submit a Connect client (--remote) instead of submitting to the
+        # master; hidden from spark-submit only, later tasks of this process still see it.
+        with process_env.scoped({REMOTE_ENV: None}):
             self._hook.submit(self.application)
-        finally:  # hidden from spark-submit only (run_on_engine): later tasks of this process still see it
-            if self._hidden_remote is not None:
-                os.environ[REMOTE_ENV] = self._hidden_remote
 
     def run_without_spark(self) -> bool:
         """A run in which no table has anything new needs no JVM: the runner records it here, in ~1 s."""
@@ -177,9 +174,8 @@ class MillpondSparkSubmitOperator(BaseOperator):
                 "submitting with spark-submit",
                 ", ".join(sorted(self.conf)),
             )
-            self._hidden_remote = os.environ.pop(REMOTE_ENV, None)  # spark-submit would read it as --remote
             return False
-        env = {**os.environ, **job_env(), REMOTE_ENV: remote, **self.env_vars}
+        env = process_env.child({**job_env(), REMOTE_ENV: remote, **self.env_vars})
         command = [sys.executable, "-m", "millpond.driver.runner", *self.application_args]
         # In the task's process group: a kill of the task's group reaches the run too; and a task process killed
         # outright (SIGKILL, no on_kill) takes the run with it, as it takes spark-submit's tree.

@@ -22,15 +22,13 @@ FastAPI and the API server's security module load only when the API server asks 
 # create_app(), and postponed (string) annotations would not resolve from this module's globals.
 import mimetypes
 from functools import cache
-from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
 
-from millpond.lake import paths
-from millpond.lake.object_store import S3Path
+from millpond.lake import paths, storage
 from millpond.lake.paths import LakePath
 from millpond.runs import reports, run_summary
 
@@ -62,12 +60,8 @@ def report_url_path(path: LakePath | None, root: LakePath | None = None) -> str:
     try:
         if path is None:
             relative = "index.html"
-        elif isinstance(base, S3Path) and isinstance(path, S3Path):
-            relative = path.relative_to(base)
-        elif isinstance(base, Path) and isinstance(path, Path):
-            relative = path.resolve().relative_to(base.resolve()).as_posix()
         else:
-            relative = "index.html"
+            relative = storage.relative_location(path, base)
     except ValueError:
         relative = "index.html"
     return f"{MOUNT}/{quote(relative)}"
@@ -96,29 +90,9 @@ class ReportLink(BaseOperatorLink):
 
 
 def resolve_report(relative: str, root: LakePath | None = None) -> LakePath | None:
-    """A file inside the reports folder for a URL path, or None: no `..`, no absolute path, no symlink escaping it."""
-    base = reports.reports_dir(root)
-    if "\\" in relative or "\x00" in relative:
-        return None
-    parts = PurePosixPath(relative).parts
-    if relative.startswith("/") or any(p in ("..", ".") for p in parts):
-        return None
-    if isinstance(base, S3Path):  # keys, not folders: a page is an object, a "folder" its index.html
-        page = base / "/".join([*parts, *(["index.html"] if not parts or relative.endswith("/") else [])])
-        return page if page.is_file() else None
-    folder = base.resolve()
-    target = folder.joinpath(*parts) if parts else folder
-    if target.is_dir():  # only as `dir/`: the page's relative links would miss the folder otherwise
-        if relative and not relative.endswith("/"):
-            return None
-        target = target / "index.html"
-    try:
-        resolved = target.resolve(strict=True)
-    except (OSError, RuntimeError):  # missing, or a symlink loop
-        return None
-    if not resolved.is_relative_to(folder) or not resolved.is_file():
-        return None
-    return resolved
+    """A file inside the reports folder for a URL path, or None (millpond.lake.storage.file_under: no `..`, no
+    absolute path, no symlink escaping it)."""
+    return storage.file_under(reports.reports_dir(root), relative)
 
 
 @cache
@@ -127,7 +101,7 @@ def create_app() -> "FastAPI":
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
     from airflow.api_fastapi.core_api.security import GetUserDep
     from fastapi import Depends, FastAPI, HTTPException, Request, status
-    from fastapi.responses import FileResponse, RedirectResponse, Response
+    from fastapi.responses import RedirectResponse, Response
 
     def may_read_runs(request: Request, user: GetUserDep) -> None:
         """401 without a valid token (from `get_user`); 403 unless the user may read runs of this DAG (or of all)."""
@@ -164,10 +138,8 @@ def create_app() -> "FastAPI":
         if path is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no report at {relative!r} under $MILLPOND_LAKE/_reports")
         headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-        if isinstance(path, S3Path):  # one object, read whole (reports are small pages and their assets)
-            kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-            return Response(path.read_bytes(), media_type=kind, headers=headers)
-        return FileResponse(path, headers=headers)
+        kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        return Response(path.read_bytes(), media_type=kind, headers=headers)  # reports are small pages and assets
 
     return app
 

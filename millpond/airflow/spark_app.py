@@ -17,7 +17,7 @@ from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.driver import connect_server, s3a, speedups
 from millpond.driver.spark_conf import base_conf
 from millpond.lake import paths
@@ -156,15 +156,5 @@ def lake_access() -> Iterator[dict[str, str]]:
     profile are set aside for the while: the connection alone says how to reach the lake."""
     found = lake_access_env()
     cleared = [key for key in SHADOWING if key not in found] if "AWS_ACCESS_KEY_ID" in found else []
-    saved = {key: os.environ.get(key) for key in [*found, *cleared]}
-    for key in cleared:
-        os.environ.pop(key, None)
-    os.environ.update(found)
-    try:
+    with process_env.scoped({**dict.fromkeys(cleared), **found}):
         yield found
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.dev import process_group
 
 if TYPE_CHECKING:  # annotations only: a DAG file imports nothing of Spark
@@ -89,7 +89,7 @@ class KafkaBroker:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env={**os.environ, "LOG_DIR": str(self.workdir)},
+            env=process_env.child({"LOG_DIR": str(self.workdir)}),
         )
         if done.returncode != 0:
             raise BrokerFailed(

@@ -39,7 +39,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.dev import process_group
 from millpond.dev.kafka_broker import free_port
 
@@ -122,11 +122,9 @@ class S3Server:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    env={
-                        **os.environ,
-                        "LOG_LEVEL": "debug" if self.log_requests else "warn",
-                        "JETTY_LOG_LEVEL": "warn",
-                    },
+                    env=process_env.child(
+                        {"LOG_LEVEL": "debug" if self.log_requests else "warn", "JETTY_LOG_LEVEL": "warn"}
+                    ),
                 )
             self._wait(timeout)
         finally:

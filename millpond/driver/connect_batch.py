@@ -31,14 +31,12 @@ import contextlib
 import copy
 import io
 import json
-import os
 from typing import TYPE_CHECKING, Any
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.driver import run_guard
 from millpond.driver.run_guard import RunGuard
-from millpond.lake import paths
-from millpond.lake.object_store import S3Path
+from millpond.lake import paths, storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -83,9 +81,8 @@ class ServerSideBatch:
         }
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        for name in [n for n in os.environ if n.startswith("MILLPOND_") and n not in self.env]:
-            del os.environ[name]  # the engine's own settings (a fault point, a speed-up) are not the run's
-        os.environ.update(self.env)
+        # The run's settings whole: the engine's own (a fault point, a speed-up) and a previous run's are not this one's.
+        process_env.replace_with_prefix("MILLPOND_", self.env)
         run_guard.serve(self.guard)
         output = (
             io.StringIO()
@@ -111,14 +108,7 @@ class ServerSideBatch:
             "rows_read": [[t, b, n] for (t, b), n in (listener.rows_read.items() if listener else [])],
             "output": self.output,
         }
-        path = paths.as_lake_path(self.report)
-        if isinstance(path, S3Path):  # one PUT: whole or not at all
-            path.write_text(json.dumps(report, default=str))
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(report, default=str))
-        tmp.replace(path)
+        storage.write_whole(paths.as_lake_path(self.report), json.dumps(report, default=str))
 
 
 def fold_report(result: TableResult, listener: ProgressListener, report: LakePath) -> None:

@@ -12,15 +12,11 @@ HotSpot's own defaults (no option at all): the standard path the JIT choice is c
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from millpond import settings
-from millpond.lake import checkpoints, paths
+from millpond.lake import checkpoints, paths, storage
 from millpond.lake.delta_log import bytes_added, latest_version
-from millpond.lake.object_store import S3Path
 from millpond.spec import FileSource, Pipeline, SpecError, Table
 
 ENV = settings.DRIVER_JIT.name
@@ -106,19 +102,15 @@ def pending_input_bytes(pipeline: Pipeline, tables: list[str]) -> int | None:
 
 
 def _pending_landed_bytes(pipeline: Pipeline, table: Table) -> int | None:
+    """Bytes of the landed files the table's checkpoint has not logged as read (a folder or an object-store lake)."""
     source = pipeline.sources[table.source]
     assert isinstance(source, FileSource)  # a table reading landing files
-    root, checkpoint = paths.landing_path(source.path), paths.checkpoint_path(pipeline.name, table.id)
-    if isinstance(root, S3Path) or isinstance(checkpoint, S3Path):
-        return None  # not sized on object storage: the JIT's default choice
-    seen = _seen_files(checkpoint)
-    if seen is None:
-        return None
-    return sum(
-        size
-        for relative, size, _mtime in checkpoints.landed_files(root)
-        if os.path.abspath(root / relative) not in seen
-    )
+    root = paths.landing_path(source.path)
+    try:
+        seen = {paths.from_uri(uri) for uri in checkpoints.seen_files(pipeline, table)}
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None  # a log Spark must read itself
+    return sum(size for relative, size, _ in storage.listing(root) if storage.location(root, relative) not in seen)
 
 
 def _pending_delta_bytes(pipeline: Pipeline, table: Table) -> int | None:
@@ -132,19 +124,3 @@ def _pending_delta_bytes(pipeline: Pipeline, table: Table) -> int | None:
         return bytes_added(upstream, read_from - 1, latest_version(upstream))
     except (IndexError, OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
         return None  # no checkpoint yet (the first run reads the whole table), or a log Spark must read itself
-
-
-def _seen_files(checkpoint: Path) -> set[str] | None:
-    """Local paths in the file source's seen-files log (empty for a new table), None if it cannot be read."""
-    log = checkpoint / "sources" / "0"
-    files = checkpoints.log_files(log)
-    compacts = [i for i, f in enumerate(files) if f.name.endswith(".compact")]
-    seen: set[str] = set()
-    try:
-        for entry in files[compacts[-1] if compacts else 0 :]:
-            for line in entry.read_text(encoding="utf-8").splitlines()[1:]:
-                uri = urlparse(json.loads(line)["path"])
-                seen.add(os.path.abspath(unquote(uri.path)))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-        return None
-    return seen

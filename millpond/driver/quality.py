@@ -20,13 +20,8 @@ great_expectations is imported lazily here (≈3 s): only runs that reach a gate
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import stat
 import sys
-import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -36,9 +31,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from millpond.driver.run_guard import check_writer
-from millpond.lake import paths, system_tables
+from millpond.lake import paths, storage, system_tables
 from millpond.lake.delta_log import latest_version
-from millpond.lake.object_store import S3Path
 from millpond.runs import reports
 from millpond.runs.gate_report import GateReport, RuleOutcome
 from millpond.spec import Pipeline, Table
@@ -281,14 +275,23 @@ def _describe(rule: Rule) -> str:
 def _gx_validate(
     suite: Suite, batch: DataFrame, table: Table, pipeline: str, run_name: str, run_time: datetime
 ) -> tuple[dict[str, dict[str, Any]], str]:
-    """Validate the batch with GX, write its Data Docs page; return {rule name: result} and the page path."""
+    """Validate the batch with GX, write its Data Docs page into the lake; return {rule name: result} and the
+    page's path there."""
+    lake_docs = reports.docs_dir()
+    with storage.local_folder(lake_docs, kept_as="datadocs") as docs:  # GX builds its sites on a local filesystem
+        results, page = _gx_validate_into(docs, suite, batch, table, pipeline, run_name, run_time)
+    if page and docs != lake_docs:
+        page = str(lake_docs / Path(page).relative_to(docs).as_posix())
+    return results, page
+
+
+def _gx_validate_into(
+    docs: Path, suite: Suite, batch: DataFrame, table: Table, pipeline: str, run_name: str, run_time: datetime
+) -> tuple[dict[str, dict[str, Any]], str]:
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
-    lake_docs = reports.docs_dir()
-    docs = _staging(lake_docs) if isinstance(lake_docs, S3Path) else lake_docs
-    started = time.time() - 1  # file times may round down
     context = _context(docs)
     source = cast("SparkDatasource", context.data_sources.get("millpond"))  # added by _context
     asset_name = f"{pipeline}.{table.id}"
@@ -326,22 +329,7 @@ def _gx_validate(
         reports.localize_data_docs(docs, [Path(page), suite_page] if page else [suite_page])
     except OSError as exc:  # styling a report never fails a gate: the page still reads, with CDN links
         print(f"millpond: warning: Data Docs under {docs} keep their CDN links ({exc})", file=sys.stderr)
-    if isinstance(lake_docs, S3Path):
-        reports.upload_docs(docs, lake_docs, started)
-        page = str(lake_docs / Path(page).relative_to(docs).as_posix()) if page else page
     return results, page
-
-
-def _staging(lake_docs: S3Path) -> Path:
-    """A local folder GX builds a lake's Data Docs in when the lake is on object storage (uploaded after each
-    build): one per lake and user, kept between runs so the vendored assets are copied once."""
-    key = hashlib.sha256(str(lake_docs).encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"millpond-datadocs-{os.getuid()}-{key}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    found = folder.lstat()  # another user may have made it first, or left a link there: then a folder of this run's
-    if stat.S_ISLNK(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
-        return Path(tempfile.mkdtemp(prefix="millpond-datadocs-"))
-    return folder
 
 
 def _run_checkpoint(

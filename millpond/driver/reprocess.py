@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,9 +30,8 @@ from millpond.driver import sources
 from millpond.driver.faults import inject_fault
 from millpond.driver.plan import apply_transform, plan_table
 from millpond.driver.streaming import TableFailed, gate_message
-from millpond.lake import checkpoints, lease, paths, pending_reprocess
+from millpond.lake import checkpoints, lease, paths, pending_reprocess, storage
 from millpond.lake.delta_log import latest_version as delta_version
-from millpond.lake.object_store import S3Location, S3Path, landed_objects
 from millpond.lake.paths import LakePath
 from millpond.lake.system_tables import open_table
 from millpond.runs.run_record import RunContext, TableResult
@@ -342,12 +340,7 @@ def interval_files(seen: list[str], root: LakePath, folders: list[str]) -> tuple
     Some of them gone is for the caller to weigh (their rows, if any, would go with the slice).
     """
     wanted = sorted({f for f in map(paths.from_uri, seen) if not folders or f.startswith(tuple(folders))})
-    if isinstance(root, S3Path):
-        bases = [folder.rstrip("/") for folder in folders] or [str(root)]
-        listed = {f"{base}/{name}" for base in bases for name, _, _ in landed_objects(S3Location.parse(base))}
-        present = [f for f in wanted if f in listed]
-    else:
-        present = [f for f in wanted if Path(f).is_file()]
+    present = storage.present(wanted, [paths.as_lake_path(folder) for folder in folders] or [root])
     if wanted and not present:
         raise FilesGone(
             f"the stream logged {len(wanted)} file(s) of the interval as read and {root} holds none of them now: "

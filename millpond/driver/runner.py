@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from millpond.driver import driver_jit, speedups
-from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess
+from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess, storage
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import pipeline_lock
 from millpond.lake.lock_errors import LakeNotWritable, PipelineBusy
@@ -132,7 +132,7 @@ def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
             paths.table_path(table_id),
             paths.quarantine_path(table_id),
         ):
-            paths.remove_tree(path)
+            storage.remove_tree(path)
 
 
 NEEDS_SPARK = 10  # main(..., spark_allowed=False): some table has something new; nothing was touched
@@ -388,7 +388,7 @@ def reprocess(drain: TableDrain, plan: ReprocessPlan, tables: list[str], refresh
         print(f"millpond: reprocess {plan.interval.text}: rebuilding {', '.join(rebuilds)}", flush=True)
         lease.fence(pipeline.name)
         for table_id in rebuilds:  # the table stays readable: its first batch overwrites it in one commit
-            paths.remove_tree(paths.checkpoint_path(pipeline.name, table_id))
+            storage.remove_tree(paths.checkpoint_path(pipeline.name, table_id))
         refresh = rebuilds
     drain.run(list(plan.rebuilds), refresh)  # the others only drain: nothing upstream of them changed
     return refused
@@ -500,7 +500,7 @@ def _nothing_landed(pipeline: Pipeline, source_id: str) -> str | None:
     assert isinstance(source, FileSource)  # the spec loader keys landing sources `landing.<name>`
     relative = source.path
     root = paths.landing_path(relative)
-    if checkpoints.landed_files(root):
+    if storage.listing(root):
         return None
     return f"nothing has landed in {relative} yet" + ("" if root.is_dir() else f" (no folder {root})")
 

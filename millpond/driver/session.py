@@ -17,11 +17,11 @@ from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.driver import class_archive, connect_server, jars, s3a
 from millpond.driver.connect_server import EngineError
 from millpond.driver.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
-from millpond.lake import paths
+from millpond.lake import paths, storage
 
 if TYPE_CHECKING:
     from millpond.lake.paths import LakePath
@@ -41,19 +41,17 @@ def build_spark_session(
     before any query starts. Driver JVM options (millpond.driver.driver_jit) and `launch_conf` apply only when this call
     starts the JVM.
     """
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
+    process_env.default_for_process("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookups or warnings on laptops/CI
     # A JVM of this process's own, even with SPARK_REMOTE set (a run or check that goes to the engine never calls
     # this: millpond.driver.targets; `millpond generate` and preview ask for a JVM): pyspark would refuse a master beside it
     # (CANNOT_CONFIGURE_SPARK_CONNECT_MASTER), so it is hidden while the session is built. Set but blank, it is
     # dropped for good (pyspark would still refuse it). Once it is back, a classic `builder.getOrCreate()` in this
     # process would be refused: no caller that sets it (preview, generate) makes one; runs with their own JVM have
     # none set.
-    remote = os.environ.pop("SPARK_REMOTE", None)
-    try:
+    if not os.environ.get("SPARK_REMOTE", "x").strip():
+        process_env.for_process({"SPARK_REMOTE": None})
+    with process_env.scoped({"SPARK_REMOTE": None}):
         return _build_jvm_session(app_name, shuffle_partitions, master, driver_java_options, launch_conf)
-    finally:
-        if remote and remote.strip():
-            os.environ["SPARK_REMOTE"] = remote
 
 
 def _build_jvm_session(
@@ -67,7 +65,7 @@ def _build_jvm_session(
         # pyspark sets it in the process that opens a Connect session, so a child of such a process (a notebook's
         # `!millpond run`, a test's subprocess) inherits it, and pyspark would then build this JVM's session as a
         # Connect one with no URL (CONNECT_URL_NOT_SET).
-        del os.environ["SPARK_CONNECT_MODE_ENABLED"]
+        process_env.for_process({"SPARK_CONNECT_MODE_ENABLED": None})
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: we launch the JVM ourselves
         master = master or settings.SPARK_MASTER.value()
@@ -171,7 +169,7 @@ def hold_until_released(spark: SparkSession, give_back: Callable[[], None], repo
     def release() -> None:
         spark.stop()
         give_back()
-        paths.remove_tree(reports)  # the batches' reports
+        storage.remove_tree(reports)  # the batches' reports
 
     def terminate(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
@@ -233,15 +231,10 @@ def project_on_workers_path() -> Iterator[None]:
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: the JVM is already up
         yield
         return
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [before, str(settings.project_root())]))
-    try:
+    with process_env.scoped(
+        {"PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(settings.project_root())]))}
+    ):
         yield
-    finally:
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
 
 
 def driver_jit_in_effect(spark: SparkSession) -> str:

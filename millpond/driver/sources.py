@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from millpond.driver.speedups import JSON_FUNCTIONS
-from millpond.lake import checkpoints, paths
+from millpond.lake import checkpoints, paths, storage
 from millpond.lake.paths import LakePath
 from millpond.spec import GLOB_CHARACTERS, FileSource, KafkaSource, Pipeline, Table, ddl_columns, resolve_setting
 
@@ -121,7 +121,7 @@ def _has_data_files(folder: LakePath) -> bool:
     """A file Spark's reader would read: not hidden, at any depth (a folder of partitions counts)."""
     if folder.is_file():
         return not folder.name.startswith((".", "_"))
-    return bool(checkpoints.landed_files(folder)) if folder.is_dir() else False
+    return bool(storage.listing(folder)) if folder.is_dir() else False
 
 
 def schema_of(ddl: str) -> StructType:

@@ -25,7 +25,7 @@ from millpond.driver.faults import inject_fault
 from millpond.driver.plan import plan_table
 from millpond.driver.progress import ProgressListener, watermark_of
 from millpond.driver.sinks import sink_for
-from millpond.lake import checkpoints, file_sink_log, lease, paths
+from millpond.lake import checkpoints, file_sink_log, lease, paths, storage
 from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.delta_log import rows_added
 from millpond.lake.paths import LakePath
@@ -48,7 +48,7 @@ def checkpoint_query_id(checkpoint: LakePath) -> str:
     if metadata.exists():
         return json.loads(metadata.read_text().splitlines()[0])["id"]
     query_id = str(uuid.uuid4())
-    paths.write_atomically(metadata, json.dumps({"id": query_id}) + "\n")
+    storage.write_whole(metadata, json.dumps({"id": query_id}) + "\n")
     return query_id
 
 

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from millpond.lake import file_sink_log, paths
+from millpond.lake import file_sink_log, paths, storage
 from millpond.lake.delta_log import latest_version
-from millpond.lake.object_store import S3Path, landed_objects
 from millpond.lake.paths import LakePath
 from millpond.spec import GLOB_CHARACTERS, GLOB_SHOWN, FileSource, Pipeline, Table
 from millpond.spec.reprocess import ReprocessPlan
@@ -144,7 +142,7 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
         return "kafka"  # no listing to take without a Kafka client: `nothing_new` never skips such a table
     if table.reads_landing:
         root = paths.landing_path(cast(FileSource, pipeline.sources[table.source]).path)
-        state: list = sorted(landed_files(root))
+        state: list = storage.listing(root)
         refuse_pattern_names(table, root, [name for name, _, _ in state])
     else:
         state = [_delta_state(paths.table_path(upstream)) for upstream in table.upstreams]
@@ -202,22 +200,8 @@ def record_input(pipeline: Pipeline, table: Table, fingerprint: str, state_rows:
         _write_atomically(checkpoint / INPUT_FILE, {"fingerprint": fingerprint, "state_rows": state_rows})
 
 
-def landed_files(root: LakePath) -> list[tuple[str, int, int]]:
-    """Every file Spark's file source would list under root (names starting with `.` or `_` are hidden)."""
-    if isinstance(root, S3Path):
-        return landed_objects(root.location)
-    found = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
-        for name in files:
-            if not name.startswith((".", "_")):
-                stat = os.stat(os.path.join(folder, name))
-                found.append((os.path.relpath(os.path.join(folder, name), root), stat.st_size, stat.st_mtime_ns))
-    return found
-
-
 def _write_atomically(path: LakePath, body: dict) -> None:
-    paths.write_atomically(path, json.dumps(body, indent=2, sort_keys=True) + "\n")
+    storage.write_whole(path, json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
 def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | None:
@@ -248,10 +232,10 @@ def has_batches(pipeline: Pipeline, table: Table) -> bool:
 
 def log_files(folder: LakePath) -> list[LakePath]:
     """Batch files of a Spark metadata log (`0`, `1`, ..., `9.compact`), newest last."""
-    if not isinstance(folder, S3Path) and not folder.is_dir():  # a listing of a missing prefix is empty
-        return []
     entries = [
-        p for p in folder.iterdir() if p.name.split(".")[0].isdigit() and not p.name.startswith(".") and p.is_file()
+        p
+        for p in storage.children(folder)
+        if p.name.split(".")[0].isdigit() and not p.name.startswith(".") and p.is_file()
     ]
     return sorted(entries, key=lambda p: int(p.name.split(".")[0]))
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 import csv
 import json
 
-from millpond.lake import paths
+from millpond.lake import paths, storage
 from millpond.lake.delta_log import TableState
 from millpond.lake.delta_log import latest_version as delta_version
-from millpond.lake.object_store import S3Path
 from millpond.lake.paths import LakePath, as_lake_path
 from millpond.spec import Sink, Table
 
@@ -94,9 +93,7 @@ def table_version(table: Table, root: LakePath | None = None) -> int:
 
 
 def _log_files(folder: LakePath) -> list[LakePath]:
-    if not isinstance(folder, S3Path) and not folder.is_dir():  # a listing of a missing prefix is empty
-        return []
-    entries = [p for p in folder.iterdir() if p.name.split(".")[0].isdigit() and p.is_file()]
+    entries = [p for p in storage.children(folder) if p.name.split(".")[0].isdigit() and p.is_file()]
     return sorted(entries, key=_batch_id)
 
 

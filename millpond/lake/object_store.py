@@ -202,27 +202,6 @@ def delta_rs_options(access: S3Access | None = None) -> dict[str, str]:
     return options
 
 
-def landed_objects(location: S3Location, access: S3Access | None = None) -> list[tuple[str, int, int]]:
-    """Every object Spark's file source would list under `location`, as checkpoints.landed_files gives a local
-    folder's files: (path relative to it, size, modification time in ns). A name part starting with `.` or `_` is
-    hidden, as Spark hides it; directory markers (keys ending in `/`) are not files. One recursive listing through
-    pyarrow's S3 filesystem, no JVM."""
-    from pyarrow.fs import FileSelector, FileType
-
-    filesystem = arrow_filesystem(access)
-    base = location.arrow_path
-    selector = FileSelector(base, allow_not_found=True, recursive=True)
-    found = []
-    for info in filesystem.get_file_info(selector):
-        relative = info.path[len(base) :].lstrip("/")
-        if info.type != FileType.File or not relative or relative.endswith("/"):
-            continue
-        if any(part.startswith((".", "_")) for part in relative.split("/")):
-            continue
-        found.append((relative, int(info.size or 0), int(info.mtime_ns or 0)))
-    return sorted(found)
-
-
 @functools.lru_cache(maxsize=4)
 def _cached_filesystem(access: S3Access) -> S3FileSystem:
     return arrow_filesystem(access)
@@ -303,7 +282,7 @@ class S3Path:
 
     # --- the store
     @property
-    def _fs(self) -> S3FileSystem:  # listings
+    def arrow_filesystem(self) -> S3FileSystem:  # listings (millpond.lake.storage.listing)
         return _cached_filesystem(S3Access.from_environment())
 
     @property
@@ -311,7 +290,7 @@ class S3Path:
         return _cached_client(S3Access.from_environment())  # are multipart, which s3proxy refuses)
 
     def _info(self) -> Any:
-        return self._listed or self._fs.get_file_info(self.location.arrow_path)
+        return self._listed or self.arrow_filesystem.get_file_info(self.location.arrow_path)
 
     def exists(self) -> bool:
         from pyarrow.fs import FileType
@@ -341,7 +320,7 @@ class S3Path:
         from pyarrow.fs import FileSelector
 
         base = self.location.arrow_path
-        for info in self._fs.get_file_info(FileSelector(base, allow_not_found=True)):
+        for info in self.arrow_filesystem.get_file_info(FileSelector(base, allow_not_found=True)):
             name = info.path[len(base) :].strip("/")
             if name:
                 yield S3Path(self.location.child(name), info)
@@ -354,7 +333,7 @@ class S3Path:
         from pyarrow.fs import FileSelector
 
         base = self.location.arrow_path
-        for info in self._fs.get_file_info(FileSelector(base, allow_not_found=True, recursive=True)):
+        for info in self.arrow_filesystem.get_file_info(FileSelector(base, allow_not_found=True, recursive=True)):
             name = info.path[len(base) :].strip("/")
             if name and fnmatch.fnmatchcase(name.rsplit("/", 1)[-1], pattern):
                 yield S3Path(self.location.child(name), info)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from pathlib import Path
 from typing import TypeAlias
 from urllib.parse import unquote, urlparse
@@ -56,17 +55,6 @@ def from_uri(uri: str) -> str:
     return unquote(url.path)
 
 
-def write_atomically(path: LakePath, text: str) -> None:
-    """Readers see the old text or the new, never a part: a rename on disk, one PUT on the store."""
-    if isinstance(path, S3Path):
-        path.write_text(text)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def on_disk(path: LakePath, what: str = "this") -> Path:
     """`path` for what only a local (or mounted) lake offers; on object storage, an error naming the fix."""
     if isinstance(path, S3Path):
@@ -75,14 +63,6 @@ def on_disk(path: LakePath, what: str = "this") -> Path:
             "(docs/object-storage.md lists what works there). Fix: point MILLPOND_LAKE at a folder for this"
         )
     return path
-
-
-def remove_tree(path: LakePath) -> None:
-    """A folder and everything under it, if it is there."""
-    if isinstance(path, S3Path):
-        path.remove_tree()
-    else:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def table_path(table_id: str, root: LakePath | None = None) -> LakePath:

@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Mapping
 
-from millpond.lake import paths
+from millpond.lake import paths, storage
 
 
 def marker_path(pipeline: str) -> paths.LakePath:
@@ -105,4 +105,4 @@ def _write(pipeline: str, entries: list[dict]) -> None:
     if not entries:
         path.unlink(missing_ok=True)
         return
-    paths.write_atomically(path, json.dumps({"pending": entries}, indent=2) + "\n")
+    storage.write_whole(path, json.dumps({"pending": entries}, indent=2) + "\n")

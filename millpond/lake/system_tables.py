@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from millpond.lake import lease
-from millpond.lake.object_store import S3Path, delta_rs_options
+from millpond.lake import lease, storage
 from millpond.lake.paths import LakePath, as_lake_path
 
 if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is written, not at import
@@ -26,14 +25,6 @@ CHECKPOINT_INTERVAL = 10  # Spark's default: a reader replays at most this many 
 EXACT_PROPERTIES = frozenset(
     {"delta.checkpointInterval", "delta.logRetentionDuration", "delta.deletedFileRetentionDuration", "delta.appendOnly"}
 )
-
-
-def delta_rs_location(path: LakePath | str) -> tuple[str, dict[str, str] | None]:
-    """What delta-rs opens: the folder, or for an object-store lake its `s3://` URL and storage options."""
-    path = as_lake_path(path)
-    if isinstance(path, S3Path):
-        return f"s3://{path.location.arrow_path}", delta_rs_options()
-    return str(path), None
 
 
 def append(
@@ -54,7 +45,7 @@ def append(
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else None
-    uri, options = delta_rs_location(path)
+    uri, options = storage.delta_rs_location(as_lake_path(path))
     lease.fence()
     write_deltalake(
         table if table is not None else uri,
@@ -85,7 +76,7 @@ def open_table(path: LakePath | str) -> DeltaTable | None:
 
     if not (as_lake_path(path) / "_delta_log").is_dir():
         return None
-    uri, options = delta_rs_location(path)
+    uri, options = storage.delta_rs_location(as_lake_path(path))
     try:
         return DeltaTable(uri, storage_options=options)
     except TableNotFoundError:

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.driver.class_archive import LOG_OFF, archive_path
 
 
@@ -89,7 +89,7 @@ def _train(work: Path, dumped: Path) -> int:
 
     project, name = work / "project", "training"
     create_project(project, name)
-    os.environ.update(
+    process_env.for_process(  # this process exists to train the archive
         {
             "MILLPOND_LAKE": str(work / "lake"),
             "MILLPOND_PIPELINES": str(project / "pipelines"),

@@ -23,8 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from millpond import settings
-from millpond.lake import paths
-from millpond.lake.object_store import S3Path, read_modify_write
+from millpond.lake import paths, storage
 from millpond.lake.paths import LakePath
 from millpond.runs.run_ids import is_cli_run_id
 
@@ -53,14 +52,7 @@ def record(entry: dict[str, Any]) -> LakePath:
     """Append one validated batch to the history and rebuild the index page; returns the index path."""
     target = history_path()
     line = json.dumps(entry, default=str) + "\n"
-    # No append on object storage: a read and a conditional rewrite of the version read, redone if another
-    # pipeline gating at the same moment wrote in between (the history is the lake's, not one pipeline's).
-    if isinstance(target, S3Path):
-        read_modify_write(target, lambda previous: previous + line.encode("utf-8"))
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "a", encoding="utf-8") as handle:  # one short O_APPEND write per line
-            handle.write(line)
+    storage.append_line(target, line)  # the history is the lake's: pipelines gating at once each add their line
     return write_index()
 
 
@@ -80,7 +72,7 @@ def write_index(root: LakePath | None = None) -> LakePath:
     body = "\n".join(sections) or "<p>No gate has run yet.</p>"
     page = _PAGE.format(body=body, count=len(entries))
     target = index_path(root)
-    paths.write_atomically(target, page)
+    storage.write_whole(target, page)
     return target
 
 
@@ -350,14 +342,6 @@ def localize_data_docs(docs: Path, pages: list[Path]) -> None:
     for page in pages:
         if page.is_file():
             localize_page(page, docs)
-
-
-def upload_docs(staging: Path, docs: S3Path, since: float) -> None:
-    """The Data Docs files built (or localized) in the local staging folder since `since`, to the lake's
-    `_reports/datadocs` on object storage: GX builds its sites on a local filesystem."""
-    for file in staging.rglob("*"):
-        if file.is_file() and file.stat().st_mtime >= since:
-            (docs / file.relative_to(staging).as_posix()).write_bytes(file.read_bytes())
 
 
 def external_loads(page: Path) -> list[str]:

@@ -10,7 +10,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from millpond.lake import paths
+from millpond.lake import paths, storage
 from millpond.lake.paths import LakePath
 
 REPROCESS_DAG_SUFFIX = "__reprocess"  # a pipeline's second DAG (millpond.airflow.factory): `<pipeline>__reprocess`
@@ -73,5 +73,5 @@ def merge(
     fresh = {t["table"] for t in tables}
     body["tables"] = [t for t in body["tables"] if t["table"] not in fresh] + tables
     body["updated_at"] = datetime.now(UTC).isoformat()
-    paths.write_atomically(target, json.dumps(body, indent=2, default=str))
+    storage.write_whole(target, json.dumps(body, indent=2, default=str))
     return target

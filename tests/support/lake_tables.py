@@ -86,7 +86,7 @@ def read_rs(table_id: str):
     """A table as Arrow through delta-rs (a local or an s3a:// lake): for checks from a process with no JVM."""
     from deltalake import DeltaTable
 
-    from millpond.lake.system_tables import delta_rs_location
+    from millpond.lake.storage import delta_rs_location
 
     uri, options = delta_rs_location(paths.table_path(table_id))
     return DeltaTable(uri, storage_options=options).to_pyarrow_table()

@@ -1,7 +1,7 @@
 """The package's layers import one way (README "Layout"): a module imports only from its own layer or those below,
 and no modules import each other in a circle.
 
-    settings -> spec -> lake -> runs -> driver -> airflow, dev, project -> cli
+    settings, process_env -> spec -> lake -> runs -> driver -> airflow, dev, project -> cli
 
 Every import counts, a function's own and those under `if TYPE_CHECKING:` too: an annotation that names a module
 above, or one that closes a circle, is a dependency all the same, only hidden (a type two layers need lives in the
@@ -20,7 +20,18 @@ import millpond
 pytestmark = pytest.mark.unit
 
 PACKAGE = Path(millpond.__file__).resolve().parent
-RANK = {"settings": 0, "spec": 1, "lake": 2, "runs": 3, "driver": 4, "airflow": 5, "dev": 5, "project": 5, "cli": 6}
+RANK = {
+    "settings": 0,
+    "process_env": 0,
+    "spec": 1,
+    "lake": 2,
+    "runs": 3,
+    "driver": 4,
+    "airflow": 5,
+    "dev": 5,
+    "project": 5,
+    "cli": 6,
+}
 
 
 def module_name(path: Path) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
@@ -43,7 +42,7 @@ class GatedSink(DeltaSink):
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             if batch.count() == 0:  # e.g. the no-data batch a stateful query runs to advance its watermark
-                if self.mode == "overwrite" or delta_version(Path(self.path)) < 0:  # an empty result; a table to create
+                if self.mode == "overwrite" or delta_version(self.path) < 0:  # an empty result; a table to create
                     self.write_replayable(batch, batch_id, self.mode)
                 return  # count() ran the plan (state committed); an empty append would only add a table version
             report = self.gate.validate(batch, batch_id)

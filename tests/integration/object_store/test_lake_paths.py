@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from millpond.lake import delta_log, paths, pending_reprocess, system_tables
-from millpond.lake.checkpoints import landed_files, log_files
+from millpond.lake import delta_log, paths, pending_reprocess, storage, system_tables
+from millpond.lake.checkpoints import log_files
 from millpond.lake.object_store import ObjectStoreError, S3Path, read_modify_write
 from millpond.runs import reports, run_summary
 
@@ -30,7 +30,7 @@ def test_paths_read_write_and_list_in_the_bucket(s3_lake):
     offsets = paths.checkpoint_path("activity", "bronze.activity") / "offsets"
     assert log_files(offsets) == [] and not offsets.is_dir() and not offsets.exists()
     for batch in (0, 1, 10, 2):
-        paths.write_atomically(offsets / str(batch), f'v1\n{{}}\n{{"batch": {batch}}}\n')
+        storage.write_whole(offsets / str(batch), f'v1\n{{}}\n{{"batch": {batch}}}\n')
     (offsets / ".2.crc").write_text("x")  # hidden, as Spark writes them beside each entry
     assert [p.name for p in log_files(offsets)] == ["0", "1", "2", "10"]
     assert offsets.is_dir() and (offsets / "10").is_file() and not (offsets / "3").exists()
@@ -38,12 +38,12 @@ def test_paths_read_write_and_list_in_the_bucket(s3_lake):
     with pytest.raises(FileNotFoundError):
         (offsets / "3").read_text()
     assert (offsets / "1").stat().st_size == len('v1\n{}\n{"batch": 1}\n')
-    paths.remove_tree(offsets.parent)
+    storage.remove_tree(offsets.parent)
     assert s3_lake.keys("lake/_checkpoints/") == [] or all(k.endswith("/") for k in s3_lake.keys("lake/_checkpoints/"))
     assert log_files(offsets) == []
 
     s3_lake.client().put_object(Bucket=s3_lake.name, Key="lake/landing/activity/a.json", Body=b"{}\n")
-    assert [name for name, _, _ in landed_files(paths.landing_path("landing/activity"))] == ["a.json"]
+    assert [name for name, _, _ in storage.listing(paths.landing_path("landing/activity"))] == ["a.json"]
 
 
 def test_system_tables_run_summaries_and_reports_land_in_the_bucket(s3_lake):

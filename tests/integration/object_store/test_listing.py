@@ -1,12 +1,12 @@
-"""The no-JVM listing of an object-store landing folder: the same files, by the same hiding rule, as the local
-listing the no-new-data check fingerprints (millpond.lake.checkpoints.landed_files)."""
+"""The no-JVM listing the no-new-data check fingerprints (millpond.lake.storage.listing): an object-store landing
+folder lists as the same folder on disk does, by the same hiding rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from millpond.lake.checkpoints import landed_files
-from millpond.lake.object_store import landed_objects
+from millpond.lake.object_store import S3Path
+from millpond.lake.storage import listing
 
 pytestmark = pytest.mark.integration
 
@@ -30,10 +30,8 @@ def test_an_s3_landing_folder_lists_as_the_same_folder_on_disk_would(s3_bucket, 
     s3.put_object(Bucket=s3_bucket.name, Key="landing/events-other/x.json", Body=b"{}")  # a sibling prefix: not ours
     s3.put_object(Bucket=s3_bucket.name, Key="landing/events/2026/empty-dir/", Body=b"")  # a directory marker
 
-    listed = landed_objects(s3_bucket.location("landing/events"))
-    assert [(name, size) for name, size, _ in listed] == [
-        (n, s) for n, s, _ in sorted(landed_files(tmp_path / "events"))
-    ]
+    listed = listing(S3Path(s3_bucket.location("landing/events")))
+    assert [(name, size) for name, size, _ in listed] == [(n, s) for n, s, _ in listing(tmp_path / "events")]
     assert [name for name, _, _ in listed] == ["2026/01/01/a.json", "2026/01/02/b.json", "c.json"]
     assert all(mtime > 0 for _, _, mtime in listed)
-    assert landed_objects(s3_bucket.location("landing/nothing-here")) == []
+    assert listing(S3Path(s3_bucket.location("landing/nothing-here"))) == []

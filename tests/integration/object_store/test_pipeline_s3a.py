@@ -96,6 +96,18 @@ def versions() -> dict[str, int]:
     return {t: latest_version(paths.table_path(t)) for t in TABLES}
 
 
+def empty_commits(table: str) -> list[int]:
+    """The table's versions that added no file and changed nothing else: what an empty append commits (a batch that
+    only advanced a watermark must commit nothing at all). The first version may be empty: it creates the table."""
+    log = paths.table_path(table) / "_delta_log"
+    empty = []
+    for commit in sorted(log.glob("*.json"), key=str):
+        actions = {next(iter(json.loads(line))) for line in commit.read_text().splitlines() if line.strip()}
+        if not actions & {"add", "remove", "metaData", "protocol"}:
+            empty.append(int(commit.name.split(".")[0]))
+    return empty
+
+
 def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_gold(
     s3_lake, tmp_path, monkeypatch, backend
 ):
@@ -127,6 +139,10 @@ def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_g
     assert runs is not None and {t["table"] for t in runs["tables"]} == set(TABLES)
     bronze = next(t for t in runs["tables"] if t["table"] == "bronze.activity")
     assert bronze["rows_in"] == 300  # the round landed last (counted on the engine in the server's batch worker)
+    # Gated silver's batch that only advances its watermark runs but commits no empty Delta version.
+    silver = next(t for t in runs["tables"] if t["table"] == "silver.activity")
+    assert silver["micro_batches"] > silver["version_after"] - silver["version_before"], silver
+    assert empty_commits("silver.activity") == []
     # The run's batch reports on the engine are removed with its session; only those of the killed runs stay.
     assert set(s3_lake.keys("lake/_system/engine_runs/")) <= killed_reports
 

@@ -241,7 +241,19 @@ def test_a_task_with_its_own_spark_conf_is_submitted_not_run_on_the_engine(dagba
     task = dagbag.dags["activity"].get_task("ingest")
     monkeypatch.setattr(task, "conf", {"spark.driver.memory": "3g"})
     assert task.run_on_engine() is False
-    assert "SPARK_REMOTE" not in os.environ
+    seen = {}
+
+    class SparkSubmitSeen:
+        """Where spark-submit would start: what it would find in the environment."""
+
+        def submit(self, application: str) -> None:
+            seen["SPARK_REMOTE"] = os.environ.get("SPARK_REMOTE")
+
+    monkeypatch.setattr(task, "build_hook", SparkSubmitSeen)
+    monkeypatch.setattr(task, "choose_driver_jit", lambda: None)  # it reads the rendered interval arguments
+    task.submit()
+    assert seen == {"SPARK_REMOTE": None}
+    assert os.environ["SPARK_REMOTE"] == "sc://localhost:1/;token=t"  # later tasks of this process still see it
 
 
 def test_the_engine_comes_from_the_airflow_connection_before_spark_remote(monkeypatch):
