@@ -13,21 +13,30 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructType
 
+from millpond.driver import file_formats
+from millpond.driver.file_formats.columns import (
+    CORRUPT,
+    ERROR,
+    RAW,
+    SOURCE_FILE,
+    kept_raw,
+    missing_required,
+    nullable,
+    truncation_note,
+)
 from millpond.driver.speedups import JSON_FUNCTIONS
 from millpond.lake import checkpoints, paths, storage
 from millpond.lake.paths import LakePath
 from millpond.spec import GLOB_CHARACTERS, FileSource, KafkaSource, Pipeline, Table, ddl_columns, resolve_setting
 
-# Columns a landing read adds next to the source's schema. `_error` is null for a well-formed line.
-SOURCE_FILE, RAW, ERROR = "_source_file", "_raw", "_error"
 # json sources only: fields of a line that the schema does not name, as a JSON object (kept in bronze under the
 # default `schema_drift: rescue`), and their names (used by the writer for `add` and `fail`, never written).
 RESCUED, NEW_FIELDS = "_rescued_data", "_new_fields"
@@ -35,7 +44,6 @@ RESCUED, NEW_FIELDS = "_rescued_data", "_new_fields"
 # while it writes the good ones, so its quarantine pass parses only the lines in those buckets (reread_bad_lines:
 # the filter on the raw text runs before the parse), not the whole batch again (B3).
 LINE_BUCKET, LINE_BUCKETS = "_line_bucket", 65536
-_CORRUPT = "_corrupt_record"
 # The standard path's (MILLPOND_JSON_FUNCTIONS=off) parse of a line as map<string,variant>: its new fields' source.
 _FIELDS = "_fields"
 # The file source silently skips files whose mtime is older than maxFileAge (default 7 days) relative to the
@@ -44,8 +52,6 @@ _MAX_FILE_AGE = "3650d"
 # A json line longer than this is quarantined unparsed ("line too long"): a record that size is a producer bug,
 # and carrying it into bronze, silver and the quality reports costs memory at every step.
 MAX_LINE_BYTES = 1024 * 1024
-# Quarantined raw text is cut to this many characters (the reason then says so and gives the full length).
-RAW_KEEP_CHARS = 64 * 1024
 # New json fields that can become bronze columns under `schema_drift: add`; any other name is rescued instead.
 ADDABLE_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # `_name` is millpond's (`_ingested_at`, ...)
 # Files per batch that a complete-mode table's first batch reads: all of them (Delta's largest; its default is 1,000).
@@ -166,31 +172,7 @@ def read_landing(spark: SparkSession, source: FileSource, files: list[str] | Non
         return parse_json_lines(
             lines.select("value", F.col("_metadata.file_path").alias(SOURCE_FILE)), schema, source.options
         )
-    if source.format == "csv":
-        csv_options = {"header": "true", **source.options}
-        raw = (
-            reader.format("csv")
-            .schema(_nullable(schema).add(_CORRUPT, "string"))
-            .options(**csv_options, **options)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", _CORRUPT)
-            .load(location)
-        )
-        bad = F.col(_CORRUPT).isNotNull()
-        return raw.select(
-            *[F.col(f"`{f.name}`") for f in schema.fields],
-            F.col("_metadata.file_path").alias(SOURCE_FILE),
-            F.coalesce(_kept_raw(F.col(_CORRUPT)), _as_json(schema)).alias(RAW),
-            F.when(bad, _csv_reason(schema, csv_options)).otherwise(_missing_required(schema, F.col)).alias(ERROR),
-        )
-    # parquet carries its own types: nothing can be malformed at the line level.
-    typed_stream = reader.format("parquet").schema(_nullable(schema)).options(**options).load(location)
-    return typed_stream.select(
-        "*",
-        F.col("_metadata.file_path").alias(SOURCE_FILE),
-        _as_json(schema).alias(RAW),
-        _missing_required(schema, F.col).alias(ERROR),
-    )
+    return file_formats.read(source, schema, reader, location, options)
 
 
 def read_kafka(spark: SparkSession, source: KafkaSource) -> DataFrame:
@@ -254,7 +236,7 @@ def parse_json_lines(
             F.explode(
                 F.array(
                     parse_json_line(
-                        text, _nullable(schema).add(_CORRUPT, "string"), parse_options, lines.sparkSession, fast
+                        text, nullable(schema).add(CORRUPT, "string"), parse_options, lines.sparkSession, fast
                     )
                 )
             ).alias("j"),
@@ -262,8 +244,8 @@ def parse_json_lines(
         )
         .withColumn(NEW_FIELDS, _new_fields(schema, parse_options, fast))
     )
-    malformed = F.col("j").getField(_CORRUPT).isNotNull() | F.col("j").isNull()
-    missing = _missing_required(schema, F.col("j").getField)
+    malformed = F.col("j").getField(CORRUPT).isNotNull() | F.col("j").isNull()
+    missing = missing_required(schema, F.col("j").getField)
     # The same test as `_error IS NOT NULL` (a malformed line's reason is never null), without the reason: Spark
     # inlines a column's expression wherever it is used, and the four columns below repeated the reason's per-field
     # JSON lookups (B3: bronze's writer 3.76 against 4.05 s warm, bench/parse_cost.py).
@@ -276,7 +258,7 @@ def parse_json_lines(
         SOURCE_FILE,
         *carry,
         # Good rows keep their text only when it has new fields (`schema_drift: add` reads them from it).
-        F.when(~bad, F.when(has_new, value)).otherwise(_kept_raw(value)).alias(RAW),
+        F.when(~bad, F.when(has_new, value)).otherwise(kept_raw(value)).alias(RAW),
         F.when(malformed, _json_reason(schema)).otherwise(missing).alias(ERROR),
         F.when(~bad & has_new, rescued).alias(RESCUED),
         F.when(~bad & has_new, unknown).alias(NEW_FIELDS),
@@ -286,7 +268,7 @@ def parse_json_lines(
 
 def _parse_options(options: Mapping[str, str]) -> dict[str, str]:
     """A json source's options as every read of its lines uses them: PERMISSIVE, so a bad line is a corrupt record."""
-    return {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    return {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 
 
 def _json_options(source: FileSource | KafkaSource) -> dict[str, str]:
@@ -370,40 +352,6 @@ def _new_fields(schema: StructType, options: dict[str, str], fast: bool = True) 
     return F.call_function("millpond_unknown_json_keys", F.col("text"), names, _options_map(None, options))
 
 
-def _nullable(schema: StructType) -> StructType:
-    """The readers get every field nullable: a `NOT NULL` field's absence is a reason to quarantine, not a crash."""
-    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
-
-
-def _as_json(schema: StructType) -> Column:
-    """The raw text of a typed record that breaks a NOT NULL rule: the record as JSON."""
-    return F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in schema.fields]))
-
-
-def _kept_raw(raw: Column) -> Column:
-    """What the quarantine keeps of a bad line: valid UTF-8 (bad bytes become U+FFFD), at most RAW_KEEP_CHARS."""
-    return F.substring(F.make_valid_utf8(raw), 1, RAW_KEEP_CHARS)
-
-
-def _truncation_note(raw: Column) -> Column:
-    length = F.length(F.make_valid_utf8(raw))
-    note = F.concat(F.lit(f"; raw keeps the first {RAW_KEEP_CHARS} of "), length.cast("string"), F.lit(" characters"))
-    return F.when(length > RAW_KEEP_CHARS, note).otherwise(F.lit(""))
-
-
-def _missing_required(schema: StructType, column: Callable[[str], Column]) -> Column:
-    """`name TYPE NOT NULL` in the spec's schema: a record without that field (or with null) is quarantined."""
-    missing = [
-        F.when(column(f.name).isNull(), F.lit(f"field {f.name}: missing or null (declared NOT NULL)"))
-        for f in schema.fields
-        if not f.nullable
-    ]
-    if not missing:
-        return F.lit(None).cast("string")
-    reasons = F.concat_ws("; ", *missing)
-    return F.when(reasons != "", reasons)
-
-
 def _json_reason(schema: StructType) -> Column:
     """Why a line was rejected, naming the field where one is to blame. Only evaluated for bad lines."""
     value, text = F.col("value"), F.col("text")
@@ -433,59 +381,7 @@ def _json_reason(schema: StructType) -> Column:
         .when(by_field != "", by_field)
         .otherwise(F.lit("does not match the schema"))
     )
-    return F.concat(reason, _truncation_note(value))
-
-
-def _csv_reason(schema: StructType, options: dict[str, str]) -> Column:
-    """Why a CSV line was rejected: too few or too many fields (quoted separators not counted), or a field's type."""
-    raw = F.col(_CORRUPT)
-    sep = options.get("sep", options.get("delimiter", ","))
-    quote = options.get("quote", '"')
-    unquoted = (
-        F.regexp_replace(
-            raw, f"{re.escape(quote)}(?:[^{re.escape(quote)}]|{re.escape(quote * 2)})*{re.escape(quote)}", ""
-        )
-        if quote
-        else raw
-    )
-    count = F.size(F.split(unquoted, re.escape(sep)))
-    expected = len(schema.fields)
-    names = ", ".join(f.name for f in schema.fields)
-    as_text = F.from_csv(
-        raw,
-        ", ".join(f"`{f.name}` STRING" for f in schema.fields),
-        # None, not {}: over Spark Connect an empty dict becomes `map()`, typed MAP<VOID, VOID>, which from_csv refuses
-        {k: v for k, v in options.items() if k not in ("header", "enforceSchema")} or None,
-    )
-    wrong_fields = [
-        F.when(
-            as_text.getField(f.name).isNotNull() & F.col(f"`{f.name}`").isNull(),
-            F.concat(
-                F.lit(f"field {f.name}: expected {f.dataType.simpleString()}, got "),
-                F.substring(as_text.getField(f.name), 1, 60),
-            ),
-        )
-        for f in schema.fields
-    ]
-    by_field = F.concat_ws("; ", *wrong_fields)
-    prefix = "csv line does not match the schema: "
-    reason = (
-        F.when(
-            count < expected,
-            F.concat(
-                F.lit(prefix + "too few fields ("), count.cast("string"), F.lit(f", expected {expected}: {names})")
-            ),
-        )
-        .when(
-            count > expected,
-            F.concat(
-                F.lit(prefix + "too many fields ("), count.cast("string"), F.lit(f", expected {expected}: {names})")
-            ),
-        )
-        .when(by_field != "", F.concat(F.lit(prefix), by_field))
-        .otherwise(F.lit(prefix + "unparseable line"))
-    )
-    return F.concat(reason, _truncation_note(raw))
+    return F.concat(reason, truncation_note(value))
 
 
 class SchemaDriftFailed(RuntimeError):

@@ -16,11 +16,15 @@ from millpond.spec.errors import SpecError
 from millpond.spec.syntax import ddl_columns
 
 LAYERS = ("bronze", "silver", "gold")
-FILE_FORMATS = ("json", "csv", "parquet")
+# Landing file formats, each with the reader options a spec must give (checked before Spark starts). json is
+# millpond's own line parser; each other format is a module of millpond/driver/file_formats/.
+FILE_SOURCE_FORMATS: dict[str, tuple[str, ...]] = {"json": (), "csv": (), "parquet": ()}
+# Spark's file sinks a table can be written with instead of Delta.
+FILE_SINK_FORMATS = ("json", "csv", "parquet")
 KAFKA = "kafka"  # a source or sink format; Kafka sources are referenced as `kafka.<source name>`
-SOURCE_FORMATS = (*FILE_FORMATS, KAFKA)
+SOURCE_FORMATS = (*FILE_SOURCE_FORMATS, KAFKA)
 # delta: the default (foreachBatch writer); json/csv/parquet: Spark's file sink; kafka: messages to a topic
-SINK_FORMATS = ("delta", *FILE_FORMATS, KAFKA)
+SINK_FORMATS = ("delta", *FILE_SINK_FORMATS, KAFKA)
 KAFKA_VALUE_FORMATS = ("json",)
 DEFAULT_KAFKA_VALUE = "to_json(struct(*))"  # a Kafka sink's message value: the whole row as JSON
 OUTPUT_MODES = ("append", "complete", "update")
@@ -29,7 +33,7 @@ TRIGGERS = ("availableNow", "once", "processingTime")
 SCHEMA_DRIFT = ("rescue", "add", "fail")  # what a json source does with fields its schema does not name
 JOIN_TYPES = ("inner", "left_outer")  # stream-stream joins; left_outer: also each unmatched `from` row, with nulls
 LOOKUP_TYPES = ("inner", "left_outer")  # stream-static joins, the stream on the left (what Spark supports)
-STATIC_FORMATS = (*FILE_FORMATS, "delta")  # a static source (a dimension) is read whole each run
+STATIC_FORMATS = (*FILE_SOURCE_FORMATS, "delta")  # a static source (a dimension) is read whole each run
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 LANDING = "landing"  # sources are referenced as `landing.<source name>`
 # What Hadoop's globbing reads as a pattern in a path given to Spark's file source (which then reads other files or
@@ -210,7 +214,7 @@ class Sink:
 
     @property
     def is_file(self) -> bool:
-        return self.format in FILE_FORMATS
+        return self.format in FILE_SINK_FORMATS
 
     @property
     def is_kafka(self) -> bool:

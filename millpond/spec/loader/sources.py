@@ -8,7 +8,7 @@ from typing import Any
 
 from millpond.spec.loader.kafka import KafkaLoader
 from millpond.spec.model import (
-    FILE_FORMATS,
+    FILE_SOURCE_FORMATS,
     GLOB_CHARACTERS,
     GLOB_SHOWN,
     KAFKA_VALUE_FORMATS,
@@ -46,7 +46,7 @@ class SourceLoader(KafkaLoader):
             self.problem(where, f"{name!r} is not a valid source name", "use lower_snake_case")
         static = self.boolean(f"{where}.static", spec.get("static", False))
         fmt = str(spec.get("format", ""))
-        if spec and fmt not in (STATIC_FORMATS if static else FILE_FORMATS):
+        if spec and fmt not in (STATIC_FORMATS if static else FILE_SOURCE_FORMATS):
             fix = (
                 f"use one of {', '.join(STATIC_FORMATS)}"
                 if static
@@ -75,6 +75,13 @@ class SourceLoader(KafkaLoader):
         if not isinstance(options, dict):
             self.problem(f"{where}.options", "expected a mapping of reader options", "e.g. options: {header: 'true'}")
             options = {}
+        for required in [] if static else FILE_SOURCE_FORMATS.get(fmt, ()):
+            if required not in options:
+                self.problem(
+                    f"{where}.options.{required}",
+                    f"a {fmt} source needs the reader option {required!r}",
+                    f"add it under options (docs/spec.md, `format`), e.g. options: {{{required}: ...}}",
+                )
         path = str(spec.get("path", ""))
         self.lake_path(f"{where}.path", path)
         drift = self.schema_drift(f"{where}.schema_drift", fmt, spec.get("schema_drift"))

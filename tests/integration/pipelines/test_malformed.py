@@ -21,7 +21,8 @@ import yaml
 
 from millpond.dev.sample_data import activity_files
 from millpond.driver import runner
-from millpond.driver.sources import MAX_LINE_BYTES, RAW_KEEP_CHARS
+from millpond.driver.file_formats.columns import RAW_KEEP_CHARS
+from millpond.driver.sources import MAX_LINE_BYTES
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
 from tests.support import REPO

@@ -14,6 +14,7 @@ import yaml
 
 from millpond.driver import runner
 from millpond.spec import KafkaSource, SpecError, all_spec_paths, function_problems, load_pipeline, validate_all
+from millpond.spec.model import STATIC_FORMATS
 from tests.support import REPO
 
 pytestmark = pytest.mark.unit
@@ -73,7 +74,7 @@ def test_activity_spec_loads_into_frozen_objects_in_dependency_order(tmp_path):
             "unknown field 'dedupe'",
         ),
         (lambda s: s.update(schedul="@daily"), "schedul", "unknown field"),
-        (lambda s: s["sources"]["activity"].update(format="xml"), "sources.activity.format", "unknown format 'xml'"),
+        (lambda s: s["sources"]["activity"].update(format="avro"), "sources.activity.format", "unknown format 'avro'"),
         (lambda s: s["sources"]["activity"].pop("schema"), "sources.activity.schema", "needs a schema"),
         (
             lambda s: s["sources"]["activity"].update(schema="Device STRNG"),
@@ -185,9 +186,25 @@ def test_rejections_name_field_and_fix(tmp_path, mutate, field, message):
     assert message in text
 
 
+def test_a_format_that_needs_a_reader_option_refuses_a_spec_without_it(tmp_path, monkeypatch):
+    """A format's required reader options (millpond.spec.model.FILE_SOURCE_FORMATS) are checked before Spark
+    starts; here csv is made to need one."""
+    from millpond.spec import model
+
+    monkeypatch.setitem(model.FILE_SOURCE_FORMATS, "csv", ("sep",))
+    text = problems_for(tmp_path, lambda s: s["sources"]["activity"].update(format="csv"))
+    assert "sources.activity.options.sep" in text and "a csv source needs the reader option 'sep'" in text
+    spec = copy.deepcopy(ACTIVITY)
+    spec["sources"]["activity"].update(format="csv", options={"sep": ";"})
+    assert (
+        load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake").sources["landing.activity"].format
+        == "csv"
+    )
+
+
 def test_all_problems_are_reported_at_once(tmp_path):
     def two_problems(spec):
-        spec["sources"]["activity"]["format"] = "xml"
+        spec["sources"]["activity"]["format"] = "avro"
         spec["tables"]["gold.device_counts"]["from"] = "nowhere.table"
 
     text = problems_for(tmp_path, two_problems)
@@ -1267,7 +1284,7 @@ def a_lookup_in_bronze(spec):
             campaigns_source(format="avro"),
             "sources.campaigns.format",
             "unknown format 'avro'",
-            "Fix: use one of json, csv, parquet, delta",
+            f"Fix: use one of {', '.join(STATIC_FORMATS)}",  # every format a dimension may have
         ),
         (
             campaigns_source(static=None, format="delta"),
