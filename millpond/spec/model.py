@@ -18,7 +18,7 @@ from millpond.spec.syntax import ddl_columns
 LAYERS = ("bronze", "silver", "gold")
 # Landing file formats, each with the reader options a spec must give (checked before Spark starts). json is
 # millpond's own line parser; each other format is a module of millpond/driver/file_formats/.
-FILE_SOURCE_FORMATS: dict[str, tuple[str, ...]] = {"json": (), "csv": (), "parquet": ()}
+FILE_SOURCE_FORMATS: dict[str, tuple[str, ...]] = {"json": (), "csv": (), "parquet": (), "xml": ("rowTag",)}
 # Spark's file sinks a table can be written with instead of Delta.
 FILE_SINK_FORMATS = ("json", "csv", "parquet")
 KAFKA = "kafka"  # a source or sink format; Kafka sources are referenced as `kafka.<source name>`
