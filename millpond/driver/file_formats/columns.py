@@ -8,8 +8,9 @@ Bronze writes the well-formed rows and its quarantine the others, so bronze rows
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -52,3 +53,25 @@ def missing_required(schema: StructType, column: Callable[[str], Column]) -> Col
         return F.lit(None).cast("string")
     reasons = F.concat_ws("; ", *missing)
     return F.when(reasons != "", reasons)
+
+
+def read_permissive(
+    reader: Any, fmt: str, location: str | list[str], schema: StructType, options: dict[str, str], reason: Column
+) -> DataFrame:
+    """Spark's own reader of `fmt` in PERMISSIVE mode, which keeps the text of a record it cannot read as the schema
+    in CORRUPT: the records as every format returns them, `reason` (over CORRUPT and the fields) a bad one's
+    `_error`."""
+    records = (
+        reader.format(fmt)
+        .schema(nullable(schema).add(CORRUPT, "string"))
+        .options(**options)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .load(location)
+    )
+    return records.select(
+        *[F.col(f"`{f.name}`") for f in schema.fields],
+        F.col("_metadata.file_path").alias(SOURCE_FILE),
+        F.coalesce(kept_raw(F.col(CORRUPT)), as_json(schema)).alias(RAW),
+        F.when(F.col(CORRUPT).isNotNull(), reason).otherwise(missing_required(schema, F.col)).alias(ERROR),
+    )

@@ -13,17 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from millpond.driver.file_formats.columns import (
-    CORRUPT,
-    ERROR,
-    RAW,
-    SOURCE_FILE,
-    as_json,
-    kept_raw,
-    missing_required,
-    nullable,
-    truncation_note,
-)
+from millpond.driver.file_formats.columns import CORRUPT, read_permissive, truncation_note
 
 
 def read(
@@ -31,20 +21,8 @@ def read(
 ) -> DataFrame:
     """The records of the files at `location` (`reader` is `spark.readStream`, or `spark.read` for a reprocess)."""
     csv_options = {"header": "true", **options}
-    raw = (
-        reader.format("csv")
-        .schema(nullable(schema).add(CORRUPT, "string"))
-        .options(**{**csv_options, **read_options})
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .load(location)
-    )
-    bad = F.col(CORRUPT).isNotNull()
-    return raw.select(
-        *[F.col(f"`{f.name}`") for f in schema.fields],
-        F.col("_metadata.file_path").alias(SOURCE_FILE),
-        F.coalesce(kept_raw(F.col(CORRUPT)), as_json(schema)).alias(RAW),
-        F.when(bad, reason(schema, csv_options)).otherwise(missing_required(schema, F.col)).alias(ERROR),
+    return read_permissive(
+        reader, "csv", location, schema, {**csv_options, **read_options}, reason(schema, csv_options)
     )
 
 

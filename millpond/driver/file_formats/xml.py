@@ -16,38 +16,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from millpond.driver.file_formats.columns import (
-    CORRUPT,
-    ERROR,
-    RAW,
-    SOURCE_FILE,
-    as_json,
-    kept_raw,
-    missing_required,
-    nullable,
-    truncation_note,
-)
+from millpond.driver.file_formats.columns import CORRUPT, read_permissive, truncation_note
 
 
 def read(
     reader: Any, location: str | list[str], schema: StructType, options: dict[str, str], read_options: dict[str, str]
 ) -> DataFrame:
     """The records of the files at `location` (`reader` is `spark.readStream`, or `spark.read` for a reprocess)."""
-    raw = (
-        reader.format("xml")
-        .schema(nullable(schema).add(CORRUPT, "string"))
-        .options(**{**options, **read_options})
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .load(location)
-    )
-    bad = F.col(CORRUPT).isNotNull()
-    return raw.select(
-        *[F.col(f"`{f.name}`") for f in schema.fields],
-        F.col("_metadata.file_path").alias(SOURCE_FILE),
-        F.coalesce(kept_raw(F.col(CORRUPT)), as_json(schema)).alias(RAW),
-        F.when(bad, reason(schema)).otherwise(missing_required(schema, F.col)).alias(ERROR),
-    )
+    return read_permissive(reader, "xml", location, schema, {**options, **read_options}, reason(schema))
 
 
 def reason(schema: StructType) -> Column:
