@@ -9,7 +9,7 @@ This package imports nothing heavy (no pyspark): DAG files and the CLI use it at
     model        the frozen objects (Pipeline, Table, sources, sinks, joins, ...) and the words a spec may use
     errors       SpecError, carrying every problem of a spec at once
     syntax       how values are written: names, durations, Kafka addresses, Spark DDL
-    loader/      YAML -> model, one mixin per part of a spec
+    loader/      YAML -> model, one module of functions per part of a spec
     user_code    the project's `module:function` references, checked with `ast`, never imported
     environment  `${NAME}` settings, resolved and checked when a run starts
     probe        whether a Kafka broker answers

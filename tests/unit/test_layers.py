@@ -133,10 +133,6 @@ LONG_FUNCTIONS = {
     "millpond/cli.py:main": "the command line's parser, one add_argument per option, read top to bottom",
     "millpond/driver/reprocess.py:landing_slice": "debt: its two cases (a folder layout or none) become the storage "
     "interface's listing (issue 46)",
-    "millpond/spec/loader/pipeline.py:pipeline": "debt: the loader's mixins become plain functions (issue 46)",
-    "millpond/spec/loader/sources.py:file_source": "debt: the loader's mixins become plain functions (issue 46)",
-    "millpond/spec/loader/stateful.py:stateful": "debt: the loader's mixins become plain functions (issue 46)",
-    "millpond/spec/loader/tables.py:table": "debt: the loader's mixins become plain functions (issue 46)",
 }
 
 

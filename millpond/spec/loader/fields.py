@@ -1,7 +1,7 @@
 """The base of the spec loader: reading a YAML mapping's fields and the small values many parts share.
 
-Each part of a spec (sources, sinks, joins, ...) is read by a mixin in this package built on `FieldLoader`; one
-`PipelineLoader` combines them, so every method can report into the same list of problems.
+Each part of a spec (sources, sinks, joins, ...) is read by the functions of one module of this package; each takes
+the file's `SpecCheck` first and reports every problem into it.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ def _join(where: str, key: Any) -> str:
     return f"{where}.{key}" if where else str(key)
 
 
-class FieldLoader:
-    """Builds the frozen objects while collecting every problem, so a user fixes a spec in one pass."""
+class SpecCheck:
+    """One spec file's check under way: where it is, the lake root its paths must stay under, and every problem
+    found so far, so a user fixes a spec in one pass. Each loader function takes it first and reports into it."""
 
     def __init__(self, path: Path, lake_root: Path) -> None:
         self.path = path
@@ -32,76 +33,84 @@ class FieldLoader:
     def problem(self, where: str, message: str, fix: str) -> None:
         self.problems.append(f"{self.path}: {where}: {message}. Fix: {fix}")
 
-    def fields(self, where: str, raw: Any, allowed: dict[str, bool]) -> dict[str, Any]:
-        """Check a mapping against its allowed fields (name -> required); unknown names are errors."""
-        if not isinstance(raw, dict):
-            got = type(raw).__name__
-            self.problem(where or "(top level)", f"expected a mapping, got {got}", "see docs/spec.md")
-            return {}
-        for key in raw:
-            if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"allowed fields: {', '.join(allowed)}"
-                self.problem(_join(where, key), f"unknown field {key!r}", hint)
-        for key, required in allowed.items():
-            if required and key not in raw:
-                self.problem(_join(where, key), "required field is missing", f"add '{key}:' to {where or 'the spec'}")
-        return raw
 
-    def boolean(self, where: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            self.problem(where, f"{value!r} is not true/false", "use true or false")
-        return bool(value)
+def fields(check: SpecCheck, where: str, raw: Any, allowed: dict[str, bool]) -> dict[str, Any]:
+    """Check a mapping against its allowed fields (name -> required); unknown names are errors."""
+    if not isinstance(raw, dict):
+        got = type(raw).__name__
+        check.problem(where or "(top level)", f"expected a mapping, got {got}", "see docs/spec.md")
+        return {}
+    for key in raw:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"allowed fields: {', '.join(allowed)}"
+            check.problem(_join(where, key), f"unknown field {key!r}", hint)
+    for key, required in allowed.items():
+        if required and key not in raw:
+            check.problem(_join(where, key), "required field is missing", f"add '{key}:' to {where or 'the spec'}")
+    return raw
 
-    def count(self, where: str, value: Any, minimum: int) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            self.problem(where, f"{value!r} is not a whole number >= {minimum}", f"use a whole number >= {minimum}")
-            return minimum
-        return value
 
-    def columns(self, where: str, raw: Any) -> tuple[str, ...]:
-        if raw is None:
-            return ()
-        if isinstance(raw, str):
-            raw = [raw]
-        if not isinstance(raw, list) or not all(isinstance(c, str) and c for c in raw):
-            self.problem(where, f"{raw!r} is not a list of column names", "write e.g. [Device, Index]")
-            return ()
-        return tuple(raw)
+def boolean(check: SpecCheck, where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        check.problem(where, f"{value!r} is not true/false", "use true or false")
+    return bool(value)
 
-    def duration(self, where: str, value: Any) -> None:
-        if value is not None and not DURATION.match(str(value).strip()):
-            self.problem(where, f"{value!r} is not a duration", "write e.g. '10 minutes' or '1 hour'")
 
-    def ddl(self, where: str, text: str) -> None:
-        """Light DDL check without a JVM: `name TYPE` pairs separated by top-level commas."""
-        for column in ddl_parts(text):
-            parts = column.replace("`", "").split(None, 1)
-            base = parts[1].split("<")[0].split("(")[0].strip().lower() if len(parts) == 2 else ""
-            if len(parts) != 2 or base.split()[0] not in DDL_TYPES:
-                self.problem(where, f"{column!r} is not 'name TYPE'", "write Spark DDL, e.g. 'Device STRING, x DOUBLE'")
+def count(check: SpecCheck, where: str, value: Any, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        check.problem(where, f"{value!r} is not a whole number >= {minimum}", f"use a whole number >= {minimum}")
+        return minimum
+    return value
 
-    def watermark(self, where: str, raw: Any) -> Watermark | None:
-        if raw is None:
-            return None
-        spec = self.fields(where, raw, {"column": True, "delay": True})
-        self.duration(f"{where}.delay", spec.get("delay"))
-        return Watermark(str(spec.get("column", "")), str(spec.get("delay", "")))
 
-    def rate_limit(self, where: str, raw: Any, kafka: bool = False) -> RateLimit:
-        if raw is None:
-            return RateLimit()
-        if kafka:
-            spec = self.fields(where, raw, {"max_offsets_per_trigger": False})
-            offsets = spec.get("max_offsets_per_trigger")
-            if offsets is not None:
-                self.count(f"{where}.max_offsets_per_trigger", offsets, minimum=1)
-            return RateLimit(max_offsets_per_trigger=offsets if isinstance(offsets, int) else None)
-        spec = self.fields(where, raw, {"max_files_per_trigger": False, "max_bytes_per_trigger": False})
-        files = spec.get("max_files_per_trigger")
-        if files is not None:
-            self.count(f"{where}.max_files_per_trigger", files, minimum=1)
-        size = spec.get("max_bytes_per_trigger")
-        if size is not None and not _BYTES.match(str(size)):
-            self.problem(f"{where}.max_bytes_per_trigger", f"{size!r} is not a size", "use e.g. 512m or 1g")
-        return RateLimit(files if isinstance(files, int) else None, str(size) if size is not None else None)
+def columns(check: SpecCheck, where: str, raw: Any) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not all(isinstance(c, str) and c for c in raw):
+        check.problem(where, f"{raw!r} is not a list of column names", "write e.g. [Device, Index]")
+        return ()
+    return tuple(raw)
+
+
+def duration(check: SpecCheck, where: str, value: Any) -> None:
+    if value is not None and not DURATION.match(str(value).strip()):
+        check.problem(where, f"{value!r} is not a duration", "write e.g. '10 minutes' or '1 hour'")
+
+
+def ddl(check: SpecCheck, where: str, text: str) -> None:
+    """Light DDL check without a JVM: `name TYPE` pairs separated by top-level commas."""
+    for column in ddl_parts(text):
+        parts = column.replace("`", "").split(None, 1)
+        base = parts[1].split("<")[0].split("(")[0].strip().lower() if len(parts) == 2 else ""
+        if len(parts) != 2 or base.split()[0] not in DDL_TYPES:
+            check.problem(where, f"{column!r} is not 'name TYPE'", "write Spark DDL, e.g. 'Device STRING, x DOUBLE'")
+
+
+def watermark(check: SpecCheck, where: str, raw: Any) -> Watermark | None:
+    if raw is None:
+        return None
+    spec = fields(check, where, raw, {"column": True, "delay": True})
+    duration(check, f"{where}.delay", spec.get("delay"))
+    return Watermark(str(spec.get("column", "")), str(spec.get("delay", "")))
+
+
+def rate_limit(check: SpecCheck, where: str, raw: Any, kafka: bool = False) -> RateLimit:
+    if raw is None:
+        return RateLimit()
+    if kafka:
+        spec = fields(check, where, raw, {"max_offsets_per_trigger": False})
+        offsets = spec.get("max_offsets_per_trigger")
+        if offsets is not None:
+            count(check, f"{where}.max_offsets_per_trigger", offsets, minimum=1)
+        return RateLimit(max_offsets_per_trigger=offsets if isinstance(offsets, int) else None)
+    spec = fields(check, where, raw, {"max_files_per_trigger": False, "max_bytes_per_trigger": False})
+    files = spec.get("max_files_per_trigger")
+    if files is not None:
+        count(check, f"{where}.max_files_per_trigger", files, minimum=1)
+    size = spec.get("max_bytes_per_trigger")
+    if size is not None and not _BYTES.match(str(size)):
+        check.problem(f"{where}.max_bytes_per_trigger", f"{size!r} is not a size", "use e.g. 512m or 1g")
+    return RateLimit(files if isinstance(files, int) else None, str(size) if size is not None else None)
