@@ -35,7 +35,7 @@ from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.paths import LakePath
 from millpond.lake.system_tables import open_table
 from millpond.runs.run_record import RunContext, TableResult
-from millpond.spec import Pipeline, Table
+from millpond.spec import FileSource, Pipeline, Table
 from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders, parse_interval, transform_verdict
 
 # The reprocess's commits, as Delta's history shows them (`userMetadata`).
@@ -232,42 +232,12 @@ def landing_slice(
     if lost:  # checked before the drain too (check_landing_files); here for files removed since
         _check_missing_allowed(table, plan, lost)
     path = str(paths.table_path(table.id))
-    if present:
-        planned = plan_table(sources.read_landing(spark, source, present), table)
-        good = _shape_for_drift(spark, pipeline, table, planned.where(F.col(sources.ERROR).isNull()), path)
-        dropped = {sources.RAW, sources.ERROR, sources.LINE_BUCKET, sources.NEW_FIELDS}
-        now = F.lit(datetime.now(UTC)).cast("timestamp")
-        rows = good.select(*[c for c in good.columns if c not in dropped], now.alias("_ingested_at"))
-        bad = planned.where(F.col(sources.ERROR).isNotNull()).select(
-            F.col(sources.RAW).alias("raw"),
-            F.col(sources.SOURCE_FILE).alias("source_file"),
-            F.col(sources.ERROR).alias("reason"),
-            F.lit("parse").alias("rule"),
-            F.lit(run.run_id).alias("run_id"),
-            now.alias("quarantined_at"),
-        )
-    elif delta_version(path) >= 0:
-        rows = spark.read.format("delta").load(path).limit(0)
-        bad = None
-    else:
+    read = _read_files(spark, pipeline, table, source, present, path, run)
+    if read is None:
         return None
-    rows = rows.localCheckpoint(eager=True)  # fixed now: files may change before the commit
-    bad = bad.localCheckpoint(eager=True) if bad is not None else None
-    # The files replaced whole: as the table stores their names (which the replaceWhere must match) and as this read
-    # wrote them (which the new rows carry), each compared by its path.
+    rows, bad = read
     held = spark.read.format("delta").load(path) if delta_version(path) >= 0 else None
-    if folders:  # the layout's folders of the interval: every file the table holds from them, and every file read
-        stored = _stored_files(spark, path, sources.SOURCE_FILE) if held is not None else {}
-        old = {name for name, file in stored.items() if file.startswith(tuple(folders))}
-        new = _names(rows, sources.SOURCE_FILE)
-    else:  # every landing file was read: those holding rows of the interval, before or after, each by its path
-        of_slice = _stored_files(spark, path, sources.SOURCE_FILE, F.expr(in_slice)) if held is not None else {}
-        read_of_slice = _names(rows.where(F.expr(in_slice)), sources.SOURCE_FILE)
-        wanted = set(of_slice.values()) | {paths.from_uri(name) for name in read_of_slice}
-        stored = _stored_files(spark, path, sources.SOURCE_FILE) if held is not None else {}
-        old = {name for name, file in stored.items() if file in wanted}
-        new = {name for name in _names(rows, sources.SOURCE_FILE) if paths.from_uri(name) in wanted}
-        rows = rows.where(F.expr(_in_list(sources.SOURCE_FILE, new)))
+    old, new, rows = _replaced_files(spark, path, held is not None, rows, folders, in_slice)
     condition = _in_list(sources.SOURCE_FILE, old | new)
     before = held.where(condition) if held is not None else None
     others = _changed_intervals(before, rows, column, interval)
@@ -278,18 +248,78 @@ def landing_slice(
             f"{_some([i.text for i in others])}",
             flush=True,
         )
-    # The quarantined lines of the files read now (a malformed line belongs to its file, not to an interval), and of
-    # the files gone from landing only when the user allowed their removal: else they stay as they are.
-    quarantine = str(paths.quarantine_path(table.id))
+    # The quarantined lines of the files read now, and of the files gone from landing only when the user allowed
+    # their removal: else they stay as they are.
     replaced = set(present) | (set(gone) if plan.allow_missing_files else set())
     if not folders and plan.allow_missing_files:  # without a layout: only the gone files the slice replaces
         replaced = set(present) | set(lost)
+    quarantined = _quarantine_lines(spark, table, rows, bad, replaced)
+    intervals = _merged((interval, *others, *recorded))
+    files = len(present) if folders else len({paths.from_uri(name) for name in new})  # the files replaced
+    return Slice(table, rows, condition, bad, quarantined, files, intervals)
+
+
+def _read_files(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: Table,
+    source: FileSource,
+    present: list[str],
+    path: str,
+    run: RunContext,
+) -> tuple[DataFrame, DataFrame | None] | None:
+    """The rows and the malformed lines of the landing files read again, fixed now (files may change before the
+    commit); with none left, no rows (or None when the table does not exist either)."""
+    if present:
+        planned = plan_table(sources.read_landing(spark, source, present), table)
+        good = _shape_for_drift(spark, pipeline, table, planned.where(F.col(sources.ERROR).isNull()), path)
+        dropped = {sources.RAW, sources.ERROR, sources.LINE_BUCKET, sources.NEW_FIELDS}
+        now = F.lit(datetime.now(UTC)).cast("timestamp")
+        rows = good.select(*[c for c in good.columns if c not in dropped], now.alias("_ingested_at"))
+        bad: DataFrame | None = planned.where(F.col(sources.ERROR).isNotNull()).select(
+            F.col(sources.RAW).alias("raw"),
+            F.col(sources.SOURCE_FILE).alias("source_file"),
+            F.col(sources.ERROR).alias("reason"),
+            F.lit("parse").alias("rule"),
+            F.lit(run.run_id).alias("run_id"),
+            now.alias("quarantined_at"),
+        )
+    elif delta_version(path) >= 0:
+        rows, bad = spark.read.format("delta").load(path).limit(0), None
+    else:
+        return None
+    return rows.localCheckpoint(eager=True), bad.localCheckpoint(eager=True) if bad is not None else None
+
+
+def _replaced_files(
+    spark: SparkSession, path: str, exists: bool, rows: DataFrame, folders: list[str], in_slice: str
+) -> tuple[set[str], set[str], DataFrame]:
+    """The files replaced whole: (as the table stores their names, which the replaceWhere must match; as this read
+    wrote them, which the new rows carry; the new rows of those files), each compared by its path."""
+    if folders:  # the layout's folders of the interval: every file the table holds from them, and every file read
+        stored = _stored_files(spark, path, sources.SOURCE_FILE) if exists else {}
+        old = {name for name, file in stored.items() if file.startswith(tuple(folders))}
+        return old, _names(rows, sources.SOURCE_FILE), rows
+    # Every landing file was read: those holding rows of the interval, before or after, each by its path.
+    of_slice = _stored_files(spark, path, sources.SOURCE_FILE, F.expr(in_slice)) if exists else {}
+    read_of_slice = _names(rows.where(F.expr(in_slice)), sources.SOURCE_FILE)
+    wanted = set(of_slice.values()) | {paths.from_uri(name) for name in read_of_slice}
+    stored = _stored_files(spark, path, sources.SOURCE_FILE) if exists else {}
+    old = {name for name, file in stored.items() if file in wanted}
+    new = {name for name in _names(rows, sources.SOURCE_FILE) if paths.from_uri(name) in wanted}
+    return old, new, rows.where(F.expr(_in_list(sources.SOURCE_FILE, new)))
+
+
+def _quarantine_lines(
+    spark: SparkSession, table: Table, rows: DataFrame, bad: DataFrame | None, replaced: set[str]
+) -> str:
+    """The condition on the quarantine's lines the slice replaces: those of the files read now (a malformed line
+    belongs to its file, not to an interval), and those of the `replaced` files gone from landing."""
+    quarantine = str(paths.quarantine_path(table.id))
     read_now = _names(rows, sources.SOURCE_FILE) | (_names(bad, "source_file") if bad is not None else set())
     lines = _stored_files(spark, quarantine, "source_file") if delta_version(quarantine) >= 0 else {}
     kept = {name for name, file in lines.items() if file in replaced}
-    intervals = _merged((interval, *others, *recorded))
-    files = len(present) if folders else len({paths.from_uri(name) for name in new})  # the files replaced
-    return Slice(table, rows, condition, bad, _in_list("source_file", kept | read_now), files, intervals)
+    return _in_list("source_file", kept | read_now)
 
 
 def _changed_intervals(before: DataFrame | None, after: DataFrame, column: str, interval: Interval) -> list[Interval]:

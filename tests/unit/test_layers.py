@@ -131,8 +131,6 @@ def test_circles_finds_a_circle_of_three_and_nothing_in_a_chain():
 LONGEST = 60
 LONG_FUNCTIONS = {
     "millpond/cli.py:main": "the command line's parser, one add_argument per option, read top to bottom",
-    "millpond/driver/reprocess.py:landing_slice": "debt: its two cases (a folder layout or none) become the storage "
-    "interface's listing (issue 46)",
 }
 
 
