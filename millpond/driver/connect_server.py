@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from millpond import settings
+from millpond import process_env, settings
 from millpond.driver import class_archive, jars, s3a
 from millpond.driver.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 from millpond.lake import paths
@@ -374,7 +374,7 @@ def _ui_conf(token: bool) -> dict[str, str]:
 def server_environment(token: str) -> dict[str, str]:
     """The venv's python for the server's Python workers (foreachBatch), the project on their path (transforms
     are imported by module path), and the token through Spark's own variable."""
-    env = {k: v for k, v in os.environ.items() if k != REMOTE_ENV}
+    env = process_env.child({REMOTE_ENV: None, AUTH_ENV: None})
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None
     env.update(
@@ -387,7 +387,6 @@ def server_environment(token: str) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(settings.project_root())])),
         }
     )
-    env.pop(AUTH_ENV, None)
     if token:
         env[AUTH_ENV] = token
     return env

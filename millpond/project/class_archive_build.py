@@ -48,10 +48,15 @@ def build(force: bool = False) -> tuple[Path | None, str]:
 
 
 def _in_child(args: list[str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-    env.pop("MILLPOND_FAULT", None)
     # The training JVM writes a new archive and the check maps that one: neither starts on an existing archive.
-    env["MILLPOND_CLASS_ARCHIVE"] = "off"
+    env = process_env.child(
+        {
+            "SPARK_REMOTE": None,
+            "SPARK_CONNECT_MODE_ENABLED": None,
+            "MILLPOND_FAULT": None,
+            "MILLPOND_CLASS_ARCHIVE": "off",
+        }
+    )
     return subprocess.run(
         [sys.executable, "-m", "millpond.project.class_archive_build", *args],
         env=env,

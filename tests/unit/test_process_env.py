@@ -23,8 +23,13 @@ def is_environ(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "environ" and getattr(node.value, "id", "") == "os"
 
 
+def mentions_environ(node: ast.AST) -> bool:
+    return any(is_environ(n) for n in ast.walk(node))
+
+
 def environment_writes(tree: ast.Module) -> list[int]:
-    """Lines that set, remove or copy names of os.environ, or put or unset them through os."""
+    """Lines that set, remove or copy names of os.environ, put or unset them through os, or build a child's
+    environment from it."""
     lines = []
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else []
@@ -42,6 +47,10 @@ def environment_writes(tree: ast.Module) -> list[int]:
             k is None and is_environ(v) for k, v in zip(node.keys, node.values, strict=True)
         ):
             lines.append(node.lineno)  # {**os.environ, ...}: a child's environment built by hand
+        elif isinstance(node, ast.DictComp) and any(mentions_environ(g.iter) for g in node.generators):
+            lines.append(node.lineno)  # {k: v for k, v in os.environ.items() if ...}: the same
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dict" and any(map(is_environ, node.args)):
+            lines.append(node.lineno)  # dict(os.environ): the same
         elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(a.name == "environ" for a in node.names):
             lines.append(node.lineno)
     return sorted(lines)
@@ -67,8 +76,10 @@ os.environ.update({"A": "1"})
 os.putenv("A", "1")
 env = {**os.environ, "A": "1"}
 from os import environ
+env = {k: v for k, v in os.environ.items() if k != "A"}
+env = dict(os.environ)
 """
-    assert environment_writes(ast.parse(source)) == [3, 4, 5, 6, 7, 8, 9]
+    assert environment_writes(ast.parse(source)) == [3, 4, 5, 6, 7, 8, 9, 10, 11]
     assert environment_writes(ast.parse("import os\nvalue = os.environ.get('A')\nok = 'A' in os.environ\n")) == []
 
 
