@@ -22,12 +22,10 @@ else
   # on a busy machine (ReadTimeout on the execution API) and waits out its retry delay (300 s).
   export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="${AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT:-30}"
   export AIRFLOW__WORKERS__EXECUTION_API_RETRIES="${AIRFLOW__WORKERS__EXECUTION_API_RETRIES:-10}"
-  # Four processes share one SQLite file: wait for its write lock rather than answer "database is locked" after 5 s
-  # (millpond/airflow/database.py says why).
-  if [[ "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite}" == sqlite* ]]; then
-    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS:-millpond.airflow.database.SQLITE_CONNECT_ARGS}"
-    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC:-millpond.airflow.database.SQLITE_ASYNC_CONNECT_ARGS}"
-  fi
+  # Four processes may share one SQLite file: wait for its write lock rather than answer "database is locked" after
+  # 5 s (millpond/airflow/database.py says why; on another database its arguments are empty).
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS:-millpond.airflow.database.CONNECT_ARGS}"
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC:-millpond.airflow.database.ASYNC_CONNECT_ARGS}"
   # setsid: a new session and process group whose id is the leader's pid.
   setsid airflow standalone >"$LOG" 2>&1 </dev/null &
   LEADER=$!

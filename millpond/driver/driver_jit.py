@@ -108,9 +108,10 @@ def _pending_landed_bytes(pipeline: Pipeline, table: Table) -> int | None:
     root = paths.landing_path(source.path)
     try:
         seen = {paths.from_uri(uri) for uri in checkpoints.seen_files(pipeline, table)}
+        landed = storage.listing(root)
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-        return None  # a log Spark must read itself
-    return sum(size for relative, size, _ in storage.listing(root) if storage.location(root, relative) not in seen)
+        return None  # a log Spark must read itself, or a folder this process cannot list: the default JIT
+    return sum(size for relative, size, _ in landed if storage.location(root, relative) not in seen)
 
 
 def _pending_delta_bytes(pipeline: Pipeline, table: Table) -> int | None:

@@ -96,3 +96,16 @@ def launch_conf(master: str) -> dict[str, str]:
 def session_conf() -> dict[str, str]:
     """The session settings for the lake: s3a's for an object-store lake, {} for a local one."""
     return s3a_conf() if lake_on_object_store() else {}
+
+
+def engine_problem(log_store: str | None, engine: str) -> str | None:
+    """Why an engine cannot serve this run's lake (None when it can): an object-store lake needs an engine started
+    with s3a's jars and settings, which set Delta's s3a log store (`log_store`, as the engine's session has it)."""
+    if not lake_on_object_store() or log_store is not None:
+        return None
+    return (
+        f"the engine at SPARK_REMOTE {engine} was started for a folder lake, without s3a's jars and settings, and "
+        f"this run's lake is {settings.LAKE.raw()}. Fix: start an engine on an object-store lake "
+        "(`MILLPOND_LAKE=s3a://... millpond engine start`, with the AWS_* variables that reach it) and set "
+        "SPARK_REMOTE to the value it prints"
+    )

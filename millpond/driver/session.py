@@ -21,7 +21,7 @@ from millpond import process_env, settings
 from millpond.driver import class_archive, connect_server, jars, s3a
 from millpond.driver.connect_server import EngineError
 from millpond.driver.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
-from millpond.lake import paths, storage
+from millpond.lake import storage
 
 if TYPE_CHECKING:
     from millpond.lake.paths import LakePath
@@ -130,13 +130,8 @@ def connect_session(remote: str, shuffle_partitions: int = 2, pipeline: Pipeline
                     server, ours, {**(state.parts if state else {}), **server_transforms}, parts
                 )
             )
-        if s3a.lake_on_object_store() and spark.conf.get(s3a.S3A_LOG_STORE, None) is None:
-            raise EngineError(
-                f"the engine at SPARK_REMOTE {remote.split(';')[0]} was started for a folder lake, without s3a's jars "
-                f"and settings, and this run's lake is {paths.lake_root()}. Fix: start an engine on an object-store "
-                "lake (`MILLPOND_LAKE=s3a://... millpond engine start`, with the AWS_* variables that reach it) and set "
-                "SPARK_REMOTE to the value it prints"
-            )
+        if problem := s3a.engine_problem(spark.conf.get(s3a.S3A_LOG_STORE, None), remote.split(";")[0]):
+            raise EngineError(problem)
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     except BaseException:
         spark.stop()  # a refused or failed session is neither left open on the server nor the process's default

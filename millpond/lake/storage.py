@@ -4,8 +4,10 @@ built by a tool that writes local files, or removed: decided here, from the path
 A `LakePath` (millpond.lake.paths) is a `pathlib.Path` or an `S3Path` with the same few read operations, so most
 code reads either lake alike. What cannot be alike is here:
 
-- listing a folder's files with sizes and times: pyarrow's filesystems for both kinds (`LocalFileSystem`,
-  `S3FileSystem`), one recursive listing, names Spark's file source hides left out;
+- listing a folder's files with sizes and times as Spark's file source sees them (names starting with `.` or `_`
+  hidden, and nothing under a hidden folder): on disk a walk that never enters a hidden folder or follows a linked
+  one (so a link loop or an unreadable hidden folder cannot stop it); on the store one recursive listing through
+  pyarrow's `S3FileSystem`;
 - writing a file whole (a reader sees the old content or the new): a rename on disk, one PUT on the store;
 - appending a line: `O_APPEND` on disk; on the store a read and a conditional rewrite of the version read, redone
   when another writer came in between (object_store.read_modify_write, the conditional writes the lease uses too);
@@ -25,7 +27,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from millpond.lake.object_store import S3Path, delta_rs_options, read_modify_write
 
@@ -36,22 +37,33 @@ Listed = tuple[str, int, int]  # (path relative to the listed folder, size in by
 
 def listing(folder: LakePath) -> list[Listed]:
     """Every file Spark's file source would list under `folder`, sorted: a name part starting with `.` or `_` is
-    hidden, as Spark hides it; a missing folder lists as empty. One recursive listing, no JVM."""
-    from pyarrow.fs import FileSelector, FileType, LocalFileSystem
+    hidden, as Spark hides it; a missing folder lists as empty. No JVM."""
+    if not isinstance(folder, S3Path):
+        return _walk(folder)
+    from pyarrow.fs import FileSelector, FileType
 
-    if isinstance(folder, S3Path):
-        filesystem: Any = folder.arrow_filesystem
-        base = folder.location.arrow_path
-    else:
-        filesystem, base = LocalFileSystem(), str(folder)
+    base = folder.location.arrow_path
     found = []
-    for info in filesystem.get_file_info(FileSelector(base, allow_not_found=True, recursive=True)):
+    for info in folder.arrow_filesystem.get_file_info(FileSelector(base, allow_not_found=True, recursive=True)):
         relative = info.path[len(base) :].strip("/")
         if info.type != FileType.File or not relative:
             continue
         if any(part.startswith((".", "_")) for part in relative.split("/")):
             continue
         found.append((relative, int(info.size or 0), int(info.mtime_ns or 0)))
+    return sorted(found)
+
+
+def _walk(root: Path) -> list[Listed]:
+    """A folder lake's listing: hidden folders are never entered (Spark prunes them by name before listing them),
+    linked folders never followed (os.walk's default), linked files read through."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        for name in files:
+            if not name.startswith((".", "_")):
+                stat_ = os.stat(os.path.join(folder, name))
+                found.append((os.path.relpath(os.path.join(folder, name), root), stat_.st_size, stat_.st_mtime_ns))
     return sorted(found)
 
 

@@ -35,7 +35,7 @@ def environment_writes(tree: ast.Module) -> list[int]:
         targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else []
         if isinstance(node, ast.AugAssign):
             targets = [node.target]
-        if any(isinstance(t, ast.Subscript) and is_environ(t.value) for t in targets):
+        if any(is_environ(t) or (isinstance(t, ast.Subscript) and is_environ(t.value)) for t in targets):
             lines.append(node.lineno)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             method = node.func
@@ -49,8 +49,8 @@ def environment_writes(tree: ast.Module) -> list[int]:
             lines.append(node.lineno)  # {**os.environ, ...}: a child's environment built by hand
         elif isinstance(node, ast.DictComp) and any(mentions_environ(g.iter) for g in node.generators):
             lines.append(node.lineno)  # {k: v for k, v in os.environ.items() if ...}: the same
-        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dict" and any(map(is_environ, node.args)):
-            lines.append(node.lineno)  # dict(os.environ): the same
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dict" and mentions_environ(node):
+            lines.append(node.lineno)  # dict(os.environ), dict(**os.environ): the same
         elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(a.name == "environ" for a in node.names):
             lines.append(node.lineno)
     return sorted(lines)
@@ -78,8 +78,10 @@ env = {**os.environ, "A": "1"}
 from os import environ
 env = {k: v for k, v in os.environ.items() if k != "A"}
 env = dict(os.environ)
+os.environ |= {"A": "1"}
+env = dict(**os.environ)
 """
-    assert environment_writes(ast.parse(source)) == [3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert environment_writes(ast.parse(source)) == [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
     assert environment_writes(ast.parse("import os\nvalue = os.environ.get('A')\nok = 'A' in os.environ\n")) == []
 
 

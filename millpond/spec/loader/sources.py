@@ -72,7 +72,7 @@ def file_source(check: SpecCheck, name: str, raw: Any) -> FileSource | None:
     if not isinstance(options, dict):
         check.problem(f"{where}.options", "expected a mapping of reader options", "e.g. options: {header: 'true'}")
         options = {}
-    for required in [] if static else FILE_SOURCE_FORMATS.get(fmt, ()):
+    for required in FILE_SOURCE_FORMATS.get(fmt, ()):  # a dimension is read with the same options
         if required not in options:
             check.problem(
                 f"{where}.options.{required}",

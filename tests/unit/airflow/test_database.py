@@ -38,8 +38,8 @@ def airflow_env(tmp_path, db, connect_args: bool) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     }
     if connect_args:
-        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = "millpond.airflow.database.SQLITE_CONNECT_ARGS"
-        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = "millpond.airflow.database.SQLITE_ASYNC_CONNECT_ARGS"
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = "millpond.airflow.database.CONNECT_ARGS"
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = "millpond.airflow.database.ASYNC_CONNECT_ARGS"
     return env
 
 
@@ -70,3 +70,17 @@ def test_a_write_waits_for_the_lock_with_make_ups_settings_and_fails_after_5_s_w
     assert "written after" in out[True], out[True]
     assert children[False].returncode == 1, out[False]
     assert "database is locked" in out[False], out[False]
+
+
+def test_another_database_gets_no_sqlite_arguments(tmp_path):
+    """make up's settings name these arguments whatever the database; on PostgreSQL (set here in airflow.cfg, not
+    the environment) they are empty, since psycopg2 would refuse SQLite's `timeout`."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "airflow.cfg").write_text("[database]\nsql_alchemy_conn = postgresql+psycopg2://u:p@127.0.0.1:1/airflow\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | {"AIRFLOW_HOME": str(home)}
+    env["_AIRFLOW_SKIP_DB_TESTS"] = "true"  # Airflow's own switch: no engine (this venv has no PostgreSQL driver)
+    shown = "from millpond.airflow import database as d; print(d.CONNECT_ARGS, d.ASYNC_CONNECT_ARGS)"
+    out = subprocess.run([sys.executable, "-c", shown], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["{}", "{}"]

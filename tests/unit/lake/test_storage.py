@@ -1,5 +1,5 @@
 """The folder lake's side of millpond.lake.storage (the object store's is tests/integration/object_store/), and the
-rule that nothing outside the lake's storage modules asks which kind of lake it is."""
+rule that nothing outside the modules listed below, each with its reason, asks which kind of lake it is."""
 
 from __future__ import annotations
 
@@ -24,9 +24,14 @@ OWNERS = {
     "engine state and flocks in a local folder",
     "lake/lock.py": "which lock a run takes: a flock on a folder lake, a lease (conditional writes) on the store",
     "lake/lease.py": "the lease itself, which exists only on the store",
-    "driver/s3a.py": "the hadoop-aws jars and s3a settings Spark needs for an object-store lake",
+    "driver/s3a.py": "the hadoop-aws jars and s3a settings Spark needs for an object-store lake, and whether an "
+    "engine has them",
+    "settings.py": "reads MILLPOND_LAKE, a folder or an object-store URL",
+    "airflow/spark_app.py": "an object-store lake's credentials come from the Airflow AWS connection",
+    "spec/loader/pipeline.py": "the lake root the spec's paths are checked against, by name only, for either kind",
 }
-QUESTIONS = {"S3Path", "S3Location", "is_object_store"}
+# The names that ask which kind of lake it is.
+QUESTIONS = {"S3Path", "S3Location", "is_object_store", "lake_on_object_store", "lake_url"}
 
 
 def test_only_the_storage_modules_ask_which_kind_of_lake_it_is():
@@ -110,3 +115,14 @@ def test_a_folder_lakes_tool_writes_into_the_folder_itself(tmp_path):
         (local / "page.html").write_text("<p>")
     assert [p.name for p in folder.iterdir()] == ["page.html"]
     assert storage.children(folder) == [folder / "page.html"] and storage.children(tmp_path / "none") == []
+
+
+def test_a_link_loop_in_a_folder_lake_is_listed_once(tmp_path):
+    """A link to a folder above (`loop -> .`) is not followed: each file is listed, and sized, once."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.json").write_text("{}\n")
+    (landing / "loop").symlink_to(landing)
+    (tmp_path / "b.json").write_text("{}\n{}\n")
+    (landing / "linked.json").symlink_to(tmp_path / "b.json")  # a linked file is read through, as Spark reads it
+    assert [(name, size) for name, size, _ in storage.listing(landing)] == [("a.json", 3), ("linked.json", 6)]

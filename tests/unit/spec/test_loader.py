@@ -194,6 +194,8 @@ def test_a_format_that_needs_a_reader_option_refuses_a_spec_without_it(tmp_path,
     monkeypatch.setitem(model.FILE_SOURCE_FORMATS, "csv", ("sep",))
     text = problems_for(tmp_path, lambda s: s["sources"]["activity"].update(format="csv"))
     assert "sources.activity.options.sep" in text and "a csv source needs the reader option 'sep'" in text
+    dimension = problems_for(tmp_path, lambda s: s["sources"]["activity"].update(format="csv", static=True))
+    assert "sources.activity.options.sep" in dimension  # a dimension is read with the same reader options
     spec = copy.deepcopy(ACTIVITY)
     spec["sources"]["activity"].update(format="csv", options={"sep": ";"})
     assert (
