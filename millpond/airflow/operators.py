@@ -45,6 +45,9 @@ from millpond.runs import run_summary
 if TYPE_CHECKING:
     from millpond.airflow.hooks import MillpondSparkSubmitHook
 
+# Imported inside functions: the runner and its driver modules only inside a task's execute(): the DAG processor imports
+# the operators every 30 s.
+
 # Run-time values reach the job as templated arguments: the event log ties each table's run to this run.
 # A run without a logical date (the REST API's default, the UI's trigger without a date) has no data interval, and
 # Airflow 3 then leaves `data_interval_start`/`_end` out of the template context altogether: `is defined` first.

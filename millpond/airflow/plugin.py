@@ -35,6 +35,9 @@ from millpond.runs import reports, run_summary
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+# Imported inside functions: Airflow's API server and FastAPI only inside the web app: the DAG processor imports this
+# module (through the operators' report link) every 30 s.
+
 MOUNT = "/millpond/reports"
 LINK_NAME = "Data-quality report"
 

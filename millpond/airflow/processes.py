@@ -10,6 +10,8 @@ import signal
 
 import psutil  # an Airflow dependency
 
+# Imported inside functions: ctypes (Linux's prctl) only where a child is started.
+
 
 def kill_tree(pid: int, grace: float = 10.0) -> None:
     """SIGTERM a process and its descendants (the JVM runs its shutdown hooks), SIGKILL what is left after `grace`."""

@@ -10,6 +10,7 @@ import os
 import zipfile
 from pathlib import Path
 
+import millpond
 from millpond import settings
 from millpond.spec import Pipeline, load_pipeline
 
@@ -17,8 +18,6 @@ from millpond.spec import Pipeline, load_pipeline
 def build_py_files(pipeline: str) -> Path:
     """Zip the installed millpond package and the project's code the pipeline's transforms live in, for the
     executors of a cluster (atomic replace: concurrent tasks may build it)."""
-    import millpond
-
     target = settings.cache_dir() / f"millpond-src-{pipeline}.zip"
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, cast
 
 from millpond import process_env, settings
 from millpond.dev import process_group
+from millpond.spec import KafkaSource, SpecError, load_pipeline
 
 if TYPE_CHECKING:  # annotations only: a DAG file imports nothing of Spark
     from pyspark.sql import Row, SparkSession
+
 
 JARS = settings.cache_dir() / "kafka-broker"
 LOCAL_HOME = settings.cache_dir() / "kafka"  # the local broker's data, log and process-group file
@@ -283,8 +285,6 @@ def consume(spark: SparkSession, bootstrap: str, topic: str) -> list[Row]:
 
 def spec_topics() -> list[str]:
     """Every topic a spec in pipelines/ subscribes to or sends to (a broken spec is skipped: `millpond validate`)."""
-    from millpond.spec import KafkaSource, SpecError, load_pipeline
-
     topics: list[str] = []
     for spec in sorted(settings.pipelines_dir().glob("*.yaml")):
         try:

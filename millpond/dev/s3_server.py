@@ -42,6 +42,7 @@ from pathlib import Path
 from millpond import process_env, settings
 from millpond.dev import process_group
 from millpond.dev.kafka_broker import free_port
+from millpond.lake.object_store import S3Access, client
 
 JAR_DIR = settings.cache_dir() / "s3proxy"
 JAR_NAME = "s3proxy-3.0.0-jar-with-dependencies.jar"
@@ -159,8 +160,6 @@ class S3Server:
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket through the S3 API (an existing one is fine)."""
-        from millpond.lake.object_store import S3Access, client
-
         s3 = client(S3Access.from_mapping(self.env()))
         try:
             s3.create_bucket(Bucket=name)

@@ -25,6 +25,10 @@ import shutil
 from pathlib import Path
 
 from millpond import settings
+from millpond.driver.speedups import CLASS_ARCHIVE
+
+# Imported inside functions: pyspark only to find its jars: the Airflow modules import this one (through connect_server)
+# at every DAG parse, where pyspark is not wanted.
 
 LOG_OFF = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # HotSpot's notes on classes it leaves out go to stdout otherwise
 
@@ -63,8 +67,6 @@ def archive_path(extra_classpath: str = "") -> Path | None:
 def driver_options(extra_classpath: str = "") -> str:
     """The driver JVM options that map the archive, or "" (switched off, not built, or a classpath it cannot match).
     Raises SpecError for a MILLPOND_CLASS_ARCHIVE that is neither on nor off."""
-    from millpond.driver.speedups import CLASS_ARCHIVE
-
     if not CLASS_ARCHIVE.enabled() or extra_classpath:
         return ""
     path = archive_path()

@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import millpond
 from millpond import process_env, settings
 from millpond.driver import class_archive, jars, s3a
 from millpond.driver.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
@@ -51,6 +52,7 @@ from millpond.spec import Pipeline, SpecError, load_pipeline
 
 if TYPE_CHECKING:
     from millpond.lake.paths import LakePath
+
 
 FINGERPRINT_CONF = "spark.millpond.fingerprint"
 TRANSFORMS_CONF = "spark.millpond.transforms"  # JSON: {"transforms:<package>": hash} of the project at start
@@ -124,8 +126,6 @@ def code_fingerprint(pipeline: Pipeline | None = None) -> tuple[str, dict[str, s
     compares only the packages its own pipeline imports (`stale_transforms`), so runs of specs from another folder
     share an engine, and a changed package refuses only the runs that import it. Without `pipeline`, the packages of
     every spec in the pipelines folder (what `millpond engine start` records)."""
-    import millpond
-
     package = Path(millpond.__file__).resolve().parent
     parts = {
         "millpond": _hash_files(package, sorted([*package.rglob("*.py"), *package.glob("lib/*.jar")])),

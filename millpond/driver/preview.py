@@ -40,6 +40,8 @@ from millpond.spec import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+# Imported inside functions: pyspark and the session only once a preview runs, not when the CLI builds its parser.
+
 HIDDEN = (
     "_raw",
     "_new_fields",

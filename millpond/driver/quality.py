@@ -20,6 +20,8 @@ great_expectations is imported lazily here (≈3 s): only runs that reach a gate
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import sys
 from datetime import UTC, datetime
@@ -29,6 +31,7 @@ from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from millpond.driver.run_guard import check_writer
 from millpond.lake import paths, storage, system_tables
@@ -39,12 +42,13 @@ from millpond.spec import Pipeline, Table
 from millpond.spec.suites import Rule, Suite, load_suite
 
 if TYPE_CHECKING:
-    import argparse
-
     from great_expectations import ExpectationSuite, ValidationDefinition
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context import EphemeralDataContext
     from great_expectations.datasource.fluent import SparkDatasource
+
+# Imported inside functions: Great Expectations (seconds to import) only where a gate validates; `millpond check`'s
+# session, engine and dimension modules only when the command runs, since the sinks import this module for every run.
 
 SITE = "millpond_gate"  # our Data Docs site (the ephemeral context already has `local_site`)
 SAMPLE_ROWS = 5
@@ -402,7 +406,6 @@ def pending_versions(pipeline: str, table: Table) -> tuple[int, int] | None:
     commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if checkpoint.exists() else []
     if not commits:
         return (0, latest) if latest >= 0 else None
-    import json
 
     offset = json.loads((checkpoint / "offsets" / str(max(commits))).read_text().splitlines()[-1])
     first = int(offset["reservoirVersion"]) + (0 if int(offset.get("index", -1)) == -1 else 1)
@@ -411,9 +414,6 @@ def pending_versions(pipeline: str, table: Table) -> tuple[int, int] | None:
 
 def read_versions(spark: SparkSession, table_id: str, first: int, last: int) -> DataFrame:
     """The rows an append-only Delta table added in commits first..last, from the files those commits added."""
-    import json
-
-    from pyspark.sql.types import StructType
 
     root = paths.table_path(table_id)
     files = []
@@ -441,8 +441,6 @@ def check_main(argv: list[str] | None = None) -> int:
     an index entry, never a table. Exit 0 if the gate passes, 4 if a `fail` expectation fails, 2 on bad arguments,
     5 when SPARK_REMOTE names an engine that runs other code or does not answer (the check runs there when it is set).
     """
-    import argparse
-    import sys
 
     from millpond.spec import SpecError, load_pipeline
     from millpond.spec.suites import SuiteError

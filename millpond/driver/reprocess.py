@@ -38,6 +38,8 @@ from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import FileSource, Pipeline, Table
 from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders, parse_interval, transform_verdict
 
+# Imported inside functions: the gate (and Great Expectations behind it) only for a gated table.
+
 # The reprocess's commits, as Delta's history shows them (`userMetadata`).
 COMMIT_NOTE = "millpond reprocess {interval} run {run_id}"
 # Delta's idempotent-write app id of an interval's reprocess commits (its version: pending_reprocess.begin).

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from millpond.driver.streaming import TableFailed
     from millpond.driver.targets import Target
 
+# Imported inside functions: a run with nothing new records itself without Spark (the Airflow task calls main() in its
+# own process): pyspark and the modules that need it are imported only once a table runs.
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="millpond run", description=__doc__.splitlines()[0])

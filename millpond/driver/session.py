@@ -20,12 +20,16 @@ from pyspark.sql import SparkSession
 from millpond import process_env, settings
 from millpond.driver import class_archive, connect_server, jars, s3a
 from millpond.driver.connect_server import EngineError
+from millpond.driver.driver_jit import QUICK_OPTIONS
 from millpond.driver.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 from millpond.lake import storage
 
 if TYPE_CHECKING:
     from millpond.lake.paths import LakePath
     from millpond.spec import Pipeline
+
+# Imported inside functions: Spark Connect's session class only for a session on the engine (it needs grpc, which a JVM
+# of the run's own does not).
 
 
 def build_spark_session(
@@ -234,8 +238,6 @@ def project_on_workers_path() -> Iterator[None]:
 
 def driver_jit_in_effect(spark: SparkSession) -> str:
     """ "quick" if the driver JVM runs C1 only (millpond.driver.driver_jit), else "full": read from the JVM itself."""
-    from millpond.driver.driver_jit import QUICK_OPTIONS
-
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a classic session's driver JVM (None only in pyspark's types)
     runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()

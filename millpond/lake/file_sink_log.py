@@ -20,6 +20,8 @@ from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.paths import LakePath, as_lake_path
 from millpond.spec import Sink, Table
 
+# Imported inside functions: pyarrow only to count a parquet file sink's rows.
+
 METADATA = "_spark_metadata"
 
 

@@ -25,6 +25,9 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
 
+# Imported inside functions: boto3 and pyarrow's S3 filesystem only when a lake is on the store: a folder lake never
+# pays for them.
+
 SCHEMES = ("s3a", "s3")
 DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 

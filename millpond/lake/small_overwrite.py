@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is w
     import pyarrow as pa
     from deltalake import DeltaTable
 
+# Imported inside functions: deltalake and pyarrow only when a small table is overwritten.
+
 SMALL_ROWS = 100_000  # the most rows of a batch collected to the driver as Arrow: a few MB for an aggregate
 
 

@@ -30,6 +30,8 @@ from pathlib import Path, PurePosixPath
 
 from millpond.lake.object_store import S3Path, delta_rs_options, read_modify_write
 
+# Imported inside functions: pyarrow's filesystem only for an object-store listing.
+
 LakePath = Path | S3Path  # as millpond.lake.paths names it (which this module sits below)
 
 Listed = tuple[str, int, int]  # (path relative to the listed folder, size in bytes, modification time in ns)

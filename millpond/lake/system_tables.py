@@ -17,6 +17,9 @@ if TYPE_CHECKING:  # annotations only: delta-rs and Arrow load when a table is w
     import pyarrow as pa
     from deltalake import DeltaTable
 
+# Imported inside functions: deltalake and pyarrow only when a system table is written or read: the DAG processor
+# imports the lake modules.
+
 CHECKPOINT_INTERVAL = 10  # Spark's default: a reader replays at most this many JSON commits after a checkpoint
 # The table properties under which a delta-rs commit is exactly what delta-spark would commit: the checkpoint
 # interval (millpond checkpoints at it itself), retention periods (they steer cleanup and VACUUM, not commits), and

@@ -17,6 +17,9 @@ from pathlib import Path
 from millpond import process_env, settings
 from millpond.driver.class_archive import LOG_OFF, archive_path
 
+# Imported inside functions: the training pipeline's modules (and pyspark) only in the child process that trains the
+# archive.
+
 
 def build(force: bool = False) -> tuple[Path | None, str]:
     """Build the archive for this JVM and Spark (unless it exists): (its path or None, what happened)."""

@@ -12,6 +12,7 @@ Light on purpose (no Spark, no GX): the Airflow summary task and `millpond statu
 from __future__ import annotations
 
 import html
+import importlib.util
 import json
 import os
 import re
@@ -326,8 +327,6 @@ def localize_page(page: Path, docs: Path) -> None:
 
 def _gx_static() -> Path | None:
     """great_expectations/render/view/static of the installed package (found without importing GX)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("great_expectations")
     if spec is None or not spec.origin:
         return None

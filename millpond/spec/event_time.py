@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlglot import exp
 
+# Imported inside functions: sqlglot only for a spec with a SQL transform: the spec loader runs at every DAG parse.
+
 SOURCE_VIEW = "source"  # the view a SQL transform reads (millpond.driver.plan.apply_transform)
 
 

@@ -6,6 +6,7 @@ problem itself (the loader words each one for the field it is in).
 
 from __future__ import annotations
 
+import difflib
 import re
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -91,7 +92,5 @@ def ddl_types(text: str) -> list[tuple[str, str]]:
 
 def did_you_mean(word: str, choices: list[str]) -> str:
     """' (did you mean X?)' when a choice is close to the word, else ''."""
-    import difflib
-
     close = difflib.get_close_matches(word, choices, n=1) or [c for c in choices if c.lower() == word.lower()]
     return f" (did you mean {close[0]!r}?)" if close else ""

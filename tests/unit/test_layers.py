@@ -149,3 +149,36 @@ def test_no_function_is_longer_than_60_lines_without_a_reason():
                 long[f"{path.relative_to(PACKAGE.parent)}:{node.name}"] = body_lines(node)
     assert {name: lines for name, lines in long.items() if name not in LONG_FUNCTIONS} == {}
     assert sorted(set(LONG_FUNCTIONS) - set(long)) == []  # a function split since leaves the list too
+
+
+REASON_MARK = "# Imported inside functions:"
+
+
+def imports_without_reason(path: Path) -> list[int]:
+    """Lines of imports inside a function with no comment on their line or the line above."""
+    source = path.read_text()
+    lines = source.splitlines()
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import | ast.ImportFrom) and not (
+                    "#" in lines[node.lineno - 1] or lines[node.lineno - 2].strip().startswith("#")
+                ):
+                    found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_imports_inside_functions_say_why():
+    """An import inside a function is for a costly or unwanted module (Great Expectations, pyspark at DAG parse):
+    its module says why once (`# Imported inside functions: <reason>`), or the import says it on its line; a module
+    whose imports all moved to the top loses the note."""
+    unexplained, stale = [], []
+    for module, path in MODULES.items():
+        lazy = imports_without_reason(path)
+        noted = REASON_MARK in path.read_text()
+        if lazy and not noted:
+            unexplained.append(f"{path.relative_to(PACKAGE.parent)}:{lazy}")
+        if noted and not lazy:
+            stale.append(module)
+    assert unexplained == [] and stale == []

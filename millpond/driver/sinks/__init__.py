@@ -33,6 +33,8 @@ from millpond.spec import Pipeline, Table
 if TYPE_CHECKING:
     from millpond.driver.quality import Gate
 
+# Imported inside functions: the gate (and Great Expectations behind it) only for a gated table.
+
 __all__ = [
     "AppendSink",
     "BatchSink",

@@ -16,6 +16,8 @@ from millpond.spec import Table
 if TYPE_CHECKING:
     from millpond.driver.quality import Gate
 
+# Imported inside functions: the gate (and Great Expectations behind it) only when a gated batch is written.
+
 
 class GatedSink(DeltaSink):
     """Appends or overwrites (the table's output mode) only the rows the gate passes; its set-aside rows go to the
