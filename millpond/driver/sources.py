@@ -126,7 +126,7 @@ def read_dimension(spark: SparkSession, pipeline: Pipeline, table: Table) -> Dat
 def _has_data_files(folder: LakePath) -> bool:
     """A file Spark's reader would read: not hidden, at any depth (a folder of partitions counts)."""
     if folder.is_file():
-        return not folder.name.startswith((".", "_"))
+        return not storage.hidden(folder.name)
     return bool(storage.listing(folder)) if folder.is_dir() else False
 
 

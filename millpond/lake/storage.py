@@ -37,6 +37,11 @@ LakePath = Path | S3Path  # as millpond.lake.paths names it (which this module s
 Listed = tuple[str, int, int]  # (path relative to the listed folder, size in bytes, modification time in ns)
 
 
+def hidden(name: str) -> bool:
+    """A name Spark's file source skips, and what lies under it: writers land files under such a temporary name."""
+    return name.startswith((".", "_"))
+
+
 def listing(folder: LakePath) -> list[Listed]:
     """Every file Spark's file source would list under `folder`, sorted: a name part starting with `.` or `_` is
     hidden, as Spark hides it; a missing folder lists as empty. No JVM."""
@@ -50,7 +55,7 @@ def listing(folder: LakePath) -> list[Listed]:
         relative = info.path[len(base) :].strip("/")
         if info.type != FileType.File or not relative:
             continue
-        if any(part.startswith((".", "_")) for part in relative.split("/")):
+        if any(map(hidden, relative.split("/"))):
             continue
         found.append((relative, int(info.size or 0), int(info.mtime_ns or 0)))
     return sorted(found)
@@ -61,9 +66,9 @@ def _walk(root: Path) -> list[Listed]:
     linked folders never followed (os.walk's default), linked files read through."""
     found = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        dirs[:] = [d for d in dirs if not hidden(d)]
         for name in files:
-            if not name.startswith((".", "_")):
+            if not hidden(name):
                 stat_ = os.stat(os.path.join(folder, name))
                 found.append((os.path.relpath(os.path.join(folder, name), root), stat_.st_size, stat_.st_mtime_ns))
     return sorted(found)

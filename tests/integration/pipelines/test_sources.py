@@ -105,8 +105,9 @@ def test_xml_records_are_ingested_and_the_unreadable_ones_quarantined(spark, lak
     """The format added as issue 46's proof that a landing format is one module and its name in the spec."""
     spec = copy.deepcopy(XML_SPEC)
     del spec["sources"]["readings"]["options"]
+    use_spec(tmp_path, monkeypatch, spec)
     with pytest.raises(SpecError, match=r"sources\.readings\.options\.rowTag: a xml source needs the reader option"):
-        load_pipeline(folder_with(tmp_path, spec) / "readings.yaml", lake_root=lake)
+        load_pipeline("readings", lake_root=lake)
 
     use_spec(tmp_path, monkeypatch, XML_SPEC)
     landing = lake / "landing" / "readings"
@@ -132,13 +133,6 @@ def test_xml_records_are_ingested_and_the_unreadable_ones_quarantined(spark, lak
     (landing / "r4.xml").write_text("<readings>" + "".join(later) + "</readings>")
     assert runner.main(["readings"]) == 0  # only the new file: each record once
     assert {(r.sensor, r.value, r.n) for r in read(spark, "bronze.readings").collect()} == expected | {("z", 9.5, 9)}
-
-
-def folder_with(tmp_path, spec: dict):
-    folder = tmp_path / "refused"
-    folder.mkdir(exist_ok=True)
-    (folder / f"{spec['pipeline']}.yaml").write_text(yaml.safe_dump(spec))
-    return folder
 
 
 def test_late_file_with_an_old_mtime_is_still_ingested(spark, lake):
