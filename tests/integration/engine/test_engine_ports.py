@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
@@ -69,12 +70,17 @@ def message_type(reply: bytes) -> int | None:
 def test_spark_ports_refuse_an_rpc_and_serve_no_web_page_without_the_secret(engine_server):
     """An RPC without Spark's authentication never reaches the driver's endpoints or the block manager: it is
     answered only by the authentication handler refusing it (or not at all); and no port speaks HTTP (the UI)."""
+    ports = spark_ports(engine_server)
+    # All at once: a port that says nothing costs WAIT_SECONDS, and an engine that has served many runs listens on
+    # many (docs/engine.md: Spark leaves a listening socket behind per foreachBatch query)
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        pages = pool.map(answer, ports, [b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"] * len(ports))
+        replies = pool.map(answer, ports, [rpc_request(b"\x00" * 16)] * len(ports))
+        answered = list(zip(ports, pages, replies, strict=True))
     taken = []
-    for port in spark_ports(engine_server):
-        page = answer(port, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    for port, page, reply in answered:
         if page.startswith(b"HTTP/"):
             taken.append(f"port {port} serves a web page to anyone: {page[:200]!r}")
-        reply = answer(port, rpc_request(b"\x00" * 16))
         if reply and not (message_type(reply) == RPC_FAILURE and b"AuthRpcHandler" in reply):
             taken.append(f"port {port} took an RPC without the secret: {reply[:200]!r}")
     assert not taken, "\n".join(taken)

@@ -26,7 +26,7 @@ from tests.integration.pipelines.test_stateful import ROUNDS, land, read_latest,
 from tests.support import REPO
 from tests.support.airflow_run import CONNECT_VARIABLES
 
-pytestmark = [pytest.mark.integration, pytest.mark.outside_ci]  # docs/testing.md: still outside CI
+pytestmark = pytest.mark.integration
 
 
 PREVIOUS_LAYOUT = "4efcaf0"  # the last commit before millpond became one package arranged by role

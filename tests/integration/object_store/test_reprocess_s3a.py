@@ -24,7 +24,7 @@ from tests.support.lake_tables import assert_matches_reference_rs, read_rs
 from tests.support.reference import activity_reference
 from tests.support.stress import MILLPOND
 
-pytestmark = [pytest.mark.integration, pytest.mark.outside_ci]  # docs/testing.md: still outside CI
+pytestmark = pytest.mark.integration
 
 HOUR_0 = "2026-11-01T00:00:00Z/2026-11-01T01:00:00Z"
 FILES = 4  # per hour: hour 0 and hour 2 (silver's watermark, an hour behind hour 2's rows, then closes hour 0)
