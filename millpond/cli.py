@@ -1,4 +1,4 @@
-"""`millpond` command line: validate specs, run or preview pipelines, land sample data, show table status."""
+"""`millpond` command line: validate specs, run or preview pipelines, land sample data, show table status and\nbacklog."""
 
 from __future__ import annotations
 
@@ -258,6 +258,78 @@ def cmd_engine(args: argparse.Namespace) -> int:
     return 0 if info and info["up"] else 1
 
 
+def cmd_backlog(args: argparse.Namespace) -> int:
+    """What each table's next run will read, from the checkpoints and the sources (millpond.lake.backlog)."""
+    from millpond.lake.backlog import pipeline_backlog
+
+    pipelines = _pipelines(args.pipeline)
+    if pipelines is None:
+        return 2
+    found = [(p.name, waiting) for p in pipelines for waiting in pipeline_backlog(p)]
+    if args.json:
+        print(json.dumps([{"pipeline": name, **waiting.as_dict()} for name, waiting in found], indent=2))
+        return 0
+    print(f"{'pipeline':<16} {'table':<28} {'source':<28} {'files':>7} {'bytes':>12} {'batches':>7}  oldest / note")
+    for name, w in found:
+        files, size, batches = ("-" if v is None else v for v in (w.files, w.bytes, w.batches))
+        extra = [w.note] if w.note else []
+        if w.oldest_age_seconds is not None:
+            extra.insert(0, f"oldest {w.oldest_age_seconds:.0f} s")
+        if w.versions:
+            extra.insert(0, f"{w.versions} versions, {w.rows} rows")
+        if w.behind is not None:
+            extra.insert(0, f"{w.rows} records behind over {len(w.behind)} partition(s)")
+        if w.replayed_batch:
+            extra.append("a killed run's batch is replayed first")
+        print(f"{name:<16} {w.table:<28} {w.source:<28} {files:>7} {size:>12} {batches:>7}  {'; '.join(extra)}")
+    return 0
+
+
+def cmd_freshness(args: argparse.Namespace) -> int:
+    """Each table's freshness at now or `--at` (millpond.lake.freshness); exit 1 when one is stale, so a script or a
+    sensor can act on it."""
+    from datetime import UTC, datetime
+
+    from millpond.lake.freshness import pipeline_freshness
+
+    try:
+        at = datetime.fromisoformat(args.at.replace("Z", "+00:00")) if args.at else datetime.now(UTC)
+    except ValueError:
+        print(f"--at {args.at!r} is not an ISO instant; write e.g. 2026-11-28T15:00:00Z", file=sys.stderr)
+        return 2
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    pipelines = _pipelines(args.pipeline)
+    if pipelines is None:
+        return 2
+    found = [(p.name, f) for p in pipelines for f in pipeline_freshness(p, at)]
+    if args.json:
+        print(json.dumps([{"pipeline": name, **f.as_dict()} for name, f in found], indent=2))
+    else:
+        print(f"{'pipeline':<16} {'table':<28} {'status':<6} {'age':>10}  {'stale at (UTC)':<20} basis")
+        for name, f in found:
+            age = "-" if f.age_seconds is None else f"{f.age_seconds / 60:.0f} min"
+            stale_at = f.stale_at[:19] if f.stale_at else "-"
+            extra = f"; {f.note}" if f.note else ""
+            print(f"{name:<16} {f.table:<28} {f.status:<6} {age:>10}  {stale_at:<20} {f.basis}{extra}")
+        if not found:
+            print("no table has a freshness goal (`freshness:` in its spec: docs/freshness.md)", file=sys.stderr)
+    return 1 if any(f.status == "stale" for _, f in found) else 0
+
+
+def _pipelines(name: str | None) -> list[Pipeline] | None:
+    """The named pipeline, or every valid spec (problems printed); None after printing a spec error."""
+    if name:
+        try:
+            return [load_pipeline(name)]
+        except SpecError as exc:
+            print(exc, file=sys.stderr)
+            return None
+    pipelines, problems = validate_all()
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return pipelines
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Each table's path, row count and version from its Delta log (a file sink: its `_spark_metadata` log, the
     version being the newest batch id), and the last run's outcome (no JVM)."""
@@ -361,6 +433,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     engine.add_argument("--json", action="store_true")
     engine.set_defaults(func=cmd_engine)
+    backlog = sub.add_parser(
+        "backlog", help="what each table's next run will read: files, bytes, versions and batches waiting (no JVM)"
+    )
+    backlog.add_argument("pipeline", nargs="?", help="one pipeline (default: every spec in the pipelines folder)")
+    backlog.add_argument("--json", action="store_true")
+    backlog.set_defaults(func=cmd_backlog)
+    freshness = sub.add_parser(
+        "freshness", help="each table with a freshness goal: fresh, warn or stale, its age and deadlines (no JVM)"
+    )
+    freshness.add_argument("pipeline", nargs="?", help="one pipeline (default: every spec in the pipelines folder)")
+    freshness.add_argument("--json", action="store_true")
+    freshness.add_argument("--at", help="evaluate at this ISO instant instead of now (e.g. 2026-11-28T15:00:00Z)")
+    freshness.set_defaults(func=cmd_freshness)
     status = sub.add_parser("status", help="each table's path, rows and version, and the last run's outcome")
     status.add_argument("pipeline")
     status.add_argument("--json", action="store_true")

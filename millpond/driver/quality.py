@@ -95,9 +95,11 @@ class Gate:
         *,
         quarantine_failures: bool = False,
         mode: str = "run",
+        backlog: tuple[int | None, ...] | None = None,
     ):
         assert table.expectations, f"{table.id} has no expectations suite"
         self.spark, self.pipeline, self.table, self.run_id = spark, pipeline, table, run_id
+        self.backlog = backlog  # what was waiting for the table when the run started: into each report
         self.suite: Suite = load_suite(table.expectations)
         self.quarantine_failures, self.mode = quarantine_failures, mode
         self.reports: list[GateReport] = []
@@ -146,6 +148,7 @@ class Gate:
             self.quarantine_failures,
         )
         report.seconds = (datetime.now(UTC) - validated_at).total_seconds()
+        report.backlog = self.backlog
         self.reports.append(report)
         return report
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from millpond.driver import driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess, storage
+from millpond.lake.backlog import pipeline_backlog
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import pipeline_lock
 from millpond.lake.lock_errors import LakeNotWritable, PipelineBusy
@@ -245,6 +246,10 @@ def _run_locked(
         return record_idle_run(pipeline, run, idle, args, spark_allowed)
     if not spark_allowed:
         return NEEDS_SPARK
+    # Under the lock, before Spark. Not for tables rebuilt (a full refresh, a reprocess): their checkpoint goes.
+    rebuilt = set(refresh) | set(plan.rebuilds if plan is not None else ())
+    waiting = {t: w for t, w in backlog_by_table(pipeline, tables).items() if t not in rebuilt}
+    run = replace(run, backlog=waiting)
     # Heavy imports only now: validation and lock errors above answer in well under a second.
     from millpond.driver import targets
     from millpond.driver.connect_server import EngineError
@@ -266,10 +271,38 @@ def _run_locked(
         else:
             refused = reprocess(drain, plan, tables, refresh)
     phases.update({r.table: r.seconds for r in drain.results})
+    for result in drain.results:
+        result.backlog_files, result.backlog_bytes, result.backlog_rows, result.backlog_batches = waiting.get(
+            result.table, (None, None, None, None)
+        )
     code = record_run(
         pipeline, run, drain.results, phases, args, batch_rows(pipeline.name, run.run_id, listener), bool(refused)
     )
     return 2 if refused else code
+
+
+def backlog_by_table(pipeline: Pipeline, tables: list[str]) -> dict[str, tuple[int | None, ...]]:
+    """Each table's (files, bytes, rows, batches) waiting when the run starts: files, bytes and rows summed over a
+    join's two sources, batches the larger (Spark reads both in the same batches); a part not measured (rows of a
+    file source, a Kafka broker that did not answer) stays None. A table downstream of another in the run reads
+    what that one writes too. A backlog that cannot be read is said and left out, never a failed run."""
+    try:
+        found = pipeline_backlog(pipeline, tables)
+    except Exception as exc:  # reported, not raised: the run reads its sources whatever this says
+        print(
+            f"millpond: the backlog could not be read ({type(exc).__name__}: {exc}); the run goes on", file=sys.stderr
+        )
+        return {}
+    by_table: dict[str, tuple[int | None, ...]] = {}
+    for waiting in found:
+        parts: tuple[int | None, ...] = (waiting.files, waiting.bytes, waiting.rows, waiting.batches)
+        before = by_table.get(waiting.table)
+        if before is not None:
+            summed = [None if a is None or b is None else a + b for a, b in zip(before[:3], parts[:3], strict=True)]
+            batches = None if before[3] is None or parts[3] is None else max(before[3], parts[3])
+            parts = (*summed, batches)
+        by_table[waiting.table] = parts
+    return by_table
 
 
 def record_idle_run(
@@ -279,6 +312,9 @@ def record_idle_run(
     # An Airflow task asks in its own process (spark_allowed=False): that process's age is not this run's.
     phases = {"launch": seconds_since_launch()} if spark_allowed else {}
     phases["check_sources"] = sum(r.seconds for r in idle)
+    for result in idle:  # nothing new: the stream would find nothing (checkpoints.nothing_new)
+        result.backlog_files, result.backlog_bytes, result.backlog_batches = 0, 0, 0
+        result.backlog_rows = None if pipeline.tables[result.table].reads_source else 0
     for result in idle:
         print(format_result(result), flush=True)
     print("millpond: no table has anything new: no Spark application started")

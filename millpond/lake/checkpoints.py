@@ -309,20 +309,27 @@ def _reason(exc: BaseException) -> str:
 
 def seen_files(pipeline: Pipeline, table: Table) -> list[str]:
     """Every file the table's file source has logged as read (URIs as Spark wrote them), from its seen-files log:
-    the newest `N.compact` holds every entry up to N, later batches one file each. What a reprocess may read again:
-    a file landed since the stream's last batch is the next run's, read once by the stream."""
+    what a reprocess may read again. A file landed since the stream's last batch is the next run's, read once by the
+    stream."""
+    return sorted(seen_file_batches(pipeline, table))
+
+
+def seen_file_batches(pipeline: Pipeline, table: Table) -> dict[str, int]:
+    """Each file the table's file source logged (its URI as Spark wrote it) and the batch that logged it: the newest
+    `N.compact` holds every entry up to N, later batches one file each."""
     log = paths.checkpoint_path(pipeline.name, table.id) / "sources" / "0"
     files = log_files(log)
     compacts = [f for f in files if f.name.endswith(".compact")]
     start = _batch_id(compacts[-1]) if compacts else -1
-    found: list[str] = []
+    found: dict[str, int] = {}
     for log_file in files:
         if _batch_id(log_file) < start or (_batch_id(log_file) == start and not log_file.name.endswith(".compact")):
             continue
         for line in log_file.read_text(encoding="utf-8").splitlines()[1:]:
             if line.strip():
-                found.append(json.loads(line)["path"])
-    return sorted(set(found))
+                entry = json.loads(line)
+                found[entry["path"]] = int(entry.get("batchId", _batch_id(log_file)))
+    return found
 
 
 def watermark(pipeline: Pipeline, table: Table) -> datetime | None:

@@ -20,13 +20,31 @@ class TableState:
 
 
 def table_state(path: LakePath | str) -> TableState | None:
+    files = live_files(path)
+    if files is None:
+        return None
+    version, live = files
+    return TableState(version=version, files=len(live), rows=sum(f.rows for f in live.values()))
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    size: int
+    rows: int
+    modification_time: int
+    stats: str | None  # Delta's per-file statistics as written (JSON): numRecords, minValues, maxValues, nullCount
+
+
+def live_files(path: LakePath | str, version: int | None = None) -> tuple[int, dict[str, LiveFile]] | None:
+    """(the version read, each live data file by path) at `version` (default: the newest), or None for no table:
+    the newest checkpoint at or before it (parquet) plus the JSON commits after, replayed."""
     log = as_lake_path(path) / "_delta_log"
     if not log.is_dir():
         return None
-    live: dict[str, int] = {}
+    live: dict[str, LiveFile] = {}
     start = -1
     last_checkpoint = log / "_last_checkpoint"
-    if last_checkpoint.exists():
+    if last_checkpoint.exists() and (version is None or json.loads(last_checkpoint.read_text())["version"] <= version):
         import pyarrow.parquet as pq  # only tables with 10+ commits have a checkpoint
 
         start = json.loads(last_checkpoint.read_text())["version"]
@@ -36,24 +54,30 @@ def table_state(path: LakePath | str) -> TableState | None:
                 adds = pq.read_table(handle, columns=["add"])
             for add in adds.column("add").to_pylist():
                 if add:
-                    live[add["path"]] = _records(add.get("stats"))
-    version = start
+                    live[add["path"]] = _live(add)
+    read = start
     commits: list[LakePath] = list(log.glob("*.json"))
     for commit in sorted(commits, key=str):
         number = int(commit.name.split(".")[0])
-        if number <= start:
+        if number <= start or (version is not None and number > version):
             continue
         for line in commit.read_text().splitlines():
             action = json.loads(line)
             if "add" in action:
-                live[action["add"]["path"]] = _records(action["add"].get("stats"))
+                live[action["add"]["path"]] = _live(action["add"])
             elif "remove" in action:
                 live.pop(action["remove"]["path"], None)
-        version = number
-    return TableState(version=version, files=len(live), rows=sum(live.values()))
+        read = number
+    return read, live
 
 
-def _records(stats: str | None) -> int:
+def _live(add: dict) -> LiveFile:
+    stats = add.get("stats")
+    return LiveFile(int(add.get("size") or 0), file_rows(stats), int(add.get("modificationTime") or 0), stats)
+
+
+def file_rows(stats: str | None) -> int:
+    """A data file's rows from the statistics Delta writes with it (0 without them)."""
     return int(json.loads(stats).get("numRecords", 0)) if stats else 0
 
 

@@ -64,13 +64,16 @@ def listing(folder: LakePath) -> list[Listed]:
 def _walk(root: Path) -> list[Listed]:
     """A folder lake's listing: hidden folders are never entered (Spark prunes them by name before listing them),
     linked folders never followed (os.walk's default), linked files read through."""
+    top = os.path.normpath(root)
+    prefix = top.rstrip(os.sep) + os.sep  # os.walk's folders start with it: a name under it is a slice, not relpath's
     found = []
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, files in os.walk(top):
         dirs[:] = [d for d in dirs if not hidden(d)]
+        under = folder[len(prefix) :] if folder != top else ""
         for name in files:
             if not hidden(name):
                 stat_ = os.stat(os.path.join(folder, name))
-                found.append((os.path.relpath(os.path.join(folder, name), root), stat_.st_size, stat_.st_mtime_ns))
+                found.append((os.path.join(under, name) if under else name, stat_.st_size, stat_.st_mtime_ns))
     return sorted(found)
 
 

@@ -42,6 +42,10 @@ COLUMNS = (
     ("reprocess_start", "timestamp"),
     ("reprocess_end", "timestamp"),
     ("rows_replaced", "bigint"),
+    ("backlog_files", "bigint"),
+    ("backlog_bytes", "bigint"),
+    ("backlog_rows", "bigint"),
+    ("backlog_batches", "bigint"),
 )
 
 # `_system/query_progress`: one row per micro-batch, from Spark's StreamingQueryListener (millpond/driver/progress.py).

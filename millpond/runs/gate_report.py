@@ -32,6 +32,9 @@ class RuleOutcome:
         }
 
 
+BACKLOG_PARTS = ("files", "bytes", "rows", "batches")
+
+
 @dataclass
 class GateReport:
     """What one validation of one batch found, and where its report is."""
@@ -49,6 +52,7 @@ class GateReport:
     quarantine_failures: bool = False
     rows_dropped: int = 0
     seconds: float = 0.0  # wall time of the validation (GX + samples), for the cost figure
+    backlog: tuple[int | None, ...] | None = None  # the table's backlog when its run started (RunContext.backlog)
 
     @property
     def failed(self) -> list[RuleOutcome]:
@@ -84,6 +88,7 @@ class GateReport:
             "validated_at": self.validated_at.isoformat(),
             "seconds": round(self.seconds, 3),
             "expectations": [o.as_dict() for o in self.outcomes],
+            "backlog": dict(zip(BACKLOG_PARTS, self.backlog, strict=True)) if self.backlog else None,
         }
 
     def message(self) -> str:

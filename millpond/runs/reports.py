@@ -168,8 +168,9 @@ def _run_history(pipeline: str, runs: list[dict[str, Any]], last: int = HISTORY_
         values = "".join(f"<td>{sum(int(b.get(key) or 0) for b in batches)}</td>" for _, batches in chosen)
         return f'<tr class="totals"><th>{label}</th>{values}</tr>'
 
-    docs, airflow = [], []
+    docs, airflow, waiting = [], [], []
     for run_id, batches in chosen:
+        waiting.append(f"<td>{_e(_backlog_text(batches[0].get('backlog')))}</td>")
         link = _relative_link(batches[0].get("report_path"))  # the run's newest batch
         docs.append(f'<td><a href="{_e(link)}">Data Docs</a></td>' if link else "<td></td>")
         # Airflow 3's UI route for a DAG run (the index is served by the Airflow plugin on the same host).
@@ -179,9 +180,22 @@ def _run_history(pipeline: str, runs: list[dict[str, Any]], last: int = HISTORY_
     return (
         f'<table class="history"><caption>last {len(chosen)} run(s), newest first</caption>'
         f"<thead><tr><th>expectation</th>{head}</tr></thead><tbody>{''.join(body)}"
+        f"<tr><th>waiting when the run started</th>{''.join(waiting)}</tr>"
         f"{totals('rows validated', 'element_count')}{totals('rows set aside (dropped or quarantined)', 'rows_dropped')}"
         f"<tr><th>report</th>{''.join(docs)}</tr><tr><th>Airflow</th>{''.join(airflow)}</tr></tbody></table>"
     )
+
+
+def _backlog_text(backlog: dict[str, Any] | None) -> str:
+    """A run's backlog for the table (millpond.lake.backlog) as the index shows it; – for runs recorded before it."""
+    if not backlog:
+        return "–"
+    parts = [f"{backlog['files']} files"] if backlog.get("files") is not None else []
+    if backlog.get("rows") is not None:
+        parts.append(f"{backlog['rows']} rows")
+    if backlog.get("batches") is not None:
+        parts.append(f"{backlog['batches']} batch(es)")
+    return ", ".join(parts) or "–"
 
 
 def _trend(runs: list[dict[str, Any]]) -> str:

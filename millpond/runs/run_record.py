@@ -21,6 +21,9 @@ class RunContext:
     data_interval_start: datetime | None = None
     data_interval_end: datetime | None = None
     quarantine_failures: tuple[str, ...] = ()  # gated tables whose `fail` rows are quarantined in this run only
+    # What was waiting per table when the run started (millpond.lake.backlog, before any Spark): files, bytes, rows,
+    # batches, each None where not measured. The gate's history carries its table's, for the report index.
+    backlog: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,6 +57,12 @@ class TableResult:
     reprocess_start: datetime | None = None
     reprocess_end: datetime | None = None
     rows_replaced: int | None = None
+    # What was waiting when the run started, before any Spark (millpond.lake.backlog; a join's two sources together):
+    # files, bytes (file and Delta sources), rows (Delta, Kafka), batches; None where not measured.
+    backlog_files: int | None = None
+    backlog_bytes: int | None = None
+    backlog_rows: int | None = None
+    backlog_batches: int | None = None
 
     def record_gate(self, report: GateReport) -> None:
         """Fold one validated batch into the table's gate summary (the run summary and the Airflow gate read it)."""

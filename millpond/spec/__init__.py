@@ -27,6 +27,7 @@ from millpond.spec.model import (
     LAYERS,
     Aggregate,
     FileSource,
+    Freshness,
     Join,
     KafkaSource,
     Lookup,
@@ -42,7 +43,7 @@ from millpond.spec.model import (
     Window,
     normalize_table_id,
 )
-from millpond.spec.syntax import ddl_columns, duration_seconds, signed_seconds
+from millpond.spec.syntax import ddl_columns, duration_seconds, goal_seconds, signed_seconds
 from millpond.spec.user_code import function_problems, make_project_importable
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "LAYERS",
     "Aggregate",
     "FileSource",
+    "Freshness",
     "Join",
     "KafkaSource",
     "Lookup",
@@ -68,6 +70,7 @@ __all__ = [
     "all_spec_paths",
     "ddl_columns",
     "duration_seconds",
+    "goal_seconds",
     "environment_problems",
     "function_problems",
     "load_pipeline",

@@ -125,6 +125,16 @@ class Watermark:
 
 
 @dataclass(frozen=True)
+class Freshness:
+    """A table's freshness goal (docs/freshness.md): its age counts from the last commit that changed its data, or
+    with `event_time` from the newest value of that column the table holds; seconds."""
+
+    warn_after: int
+    error_after: int
+    event_time: str | None = None
+
+
+@dataclass(frozen=True)
 class Window:
     column: str
     duration: str
@@ -245,6 +255,7 @@ class Table:
     join: Join | None = None
     stateful: Stateful | None = None
     lookup: Lookup | None = None  # not an upstream: a dimension is read whole each run, never streamed
+    freshness: Freshness | None = None  # how old the table may grow before it is late (millpond freshness)
 
     @property
     def id(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import Any
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 TABLE_ID = re.compile(r"^(bronze|silver|gold)\.[a-z][a-z0-9_]*$")
@@ -54,6 +55,20 @@ def duration_seconds(text: str | None) -> int | None:
     if not match:
         return None
     return int(str(text).split()[0]) * _UNIT_SECONDS[match.group(1)]
+
+
+SHORT_DURATION = re.compile(r"^(\d+)\s*([smhdw])$")  # a freshness goal may also say 90m, 2h, 1d
+_SHORT_UNITS = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week"}
+
+
+def goal_seconds(text: Any) -> int | None:
+    """A freshness goal's duration: '90 minutes' as everywhere in the spec, or the short '90m', '2h', '1d';
+    None for anything else."""
+    value = str(text if text is not None else "").strip()
+    short = SHORT_DURATION.match(value)
+    if short:
+        return int(short.group(1)) * _UNIT_SECONDS[_SHORT_UNITS[short.group(2)]]
+    return duration_seconds(value)
 
 
 def signed_seconds(text: str | None) -> int | None:

@@ -82,4 +82,11 @@ def gate_for(spark: SparkSession, pipeline: Pipeline, table: Table, run: RunCont
         )
     from millpond.driver.quality import Gate
 
-    return Gate(spark, pipeline.name, table, run.run_id, quarantine_failures=table.id in run.quarantine_failures)
+    return Gate(
+        spark,
+        pipeline.name,
+        table,
+        run.run_id,
+        quarantine_failures=table.id in run.quarantine_failures,
+        backlog=run.backlog.get(table.id),
+    )

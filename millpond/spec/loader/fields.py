@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from millpond.spec.model import RateLimit, Watermark
-from millpond.spec.syntax import DDL_TYPES, DURATION, ddl_parts
+from millpond.spec.model import Freshness, RateLimit, Watermark
+from millpond.spec.syntax import DDL_TYPES, DURATION, ddl_parts, goal_seconds
 
 _BYTES = re.compile(r"^\d+\s*[kmgt]?b?$", re.IGNORECASE)  # a size as Spark reads maxBytesPerTrigger: 512m, 1g
 
@@ -114,3 +114,35 @@ def rate_limit(check: SpecCheck, where: str, raw: Any, kafka: bool = False) -> R
     if size is not None and not _BYTES.match(str(size)):
         check.problem(f"{where}.max_bytes_per_trigger", f"{size!r} is not a size", "use e.g. 512m or 1g")
     return RateLimit(files if isinstance(files, int) else None, str(size) if size is not None else None)
+
+
+def freshness(check: SpecCheck, where: str, raw: Any) -> Freshness | None:
+    """`freshness: {warn_after: 90 minutes, error_after: 2 hours, event_time: <column>}`; warn_after defaults to
+    error_after (no warning before the table is stale)."""
+    if raw is None:
+        return None
+    spec = fields(check, where, raw, {"warn_after": False, "error_after": True, "event_time": False})
+    error_after = goal_seconds(spec.get("error_after"))
+    if "error_after" in spec and error_after is None:
+        check.problem(
+            f"{where}.error_after", f"{spec['error_after']!r} is not a duration", "write e.g. 2h or '2 hours'"
+        )
+    warn_after = goal_seconds(spec["warn_after"]) if "warn_after" in spec else error_after
+    if "warn_after" in spec and warn_after is None:
+        check.problem(
+            f"{where}.warn_after", f"{spec['warn_after']!r} is not a duration", "write e.g. 90m or '90 minutes'"
+        )
+    if error_after == 0:
+        check.problem(f"{where}.error_after", "error_after is 0: the table would always be stale", "give it a duration")
+    if warn_after is not None and error_after is not None and warn_after > error_after:
+        check.problem(
+            f"{where}.warn_after", "warn_after is longer than error_after", "make warn_after at most error_after"
+        )
+    event_time = spec.get("event_time")
+    if event_time is not None and (not isinstance(event_time, str) or not event_time):
+        check.problem(
+            f"{where}.event_time", f"{event_time!r} is not a column name", "name the table's event-time column"
+        )
+    if error_after is None or warn_after is None:
+        return None
+    return Freshness(warn_after=warn_after, error_after=error_after, event_time=str(event_time) if event_time else None)

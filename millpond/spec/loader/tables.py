@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from millpond.spec.loader.fields import SpecCheck, columns, fields, rate_limit, watermark
+from millpond.spec.loader.fields import SpecCheck, columns, fields, freshness, rate_limit, watermark
 from millpond.spec.loader.joins import join, join_rules, join_upstream_rules, lookup, lookup_upstream_rules
 from millpond.spec.loader.sinks import file_sink_rules, kafka_sink_rules, sink
 from millpond.spec.loader.stateful import stateful, stateful_rules
@@ -31,6 +31,7 @@ TABLE_FIELDS = {
     "join": False,
     "stateful": False,
     "lookup": False,
+    "freshness": False,
 }
 
 
@@ -74,6 +75,7 @@ def table_from(check: SpecCheck, table_id: str, raw: Any) -> Table | None:
         join=join(check, f"{where}.join", spec.get("join")),
         stateful=stateful(check, f"{where}.stateful", spec.get("stateful")),
         lookup=lookup(check, f"{where}.lookup", spec.get("lookup")),
+        freshness=freshness(check, f"{where}.freshness", spec.get("freshness")),
     )
     table_rules(check, where, table)
     return table
@@ -98,6 +100,12 @@ def table_rules(check: SpecCheck, where: str, table: Table) -> None:
         kafka_sink_rules(check, where, table)
     if table.expectations:
         suite_rules(check, where, table)
+    if table.freshness and not table.sink.is_delta:
+        check.problem(
+            f"{where}.freshness",
+            f"a {table.sink.format} sink has no Delta log to tell the table's age from",
+            "put the goal on a Delta table",
+        )
 
 
 def suite_rules(check: SpecCheck, where: str, table: Table) -> None:

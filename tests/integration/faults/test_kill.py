@@ -26,7 +26,9 @@ import pytest
 from millpond.dev.sample_data import activity_files
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
+from millpond.runs import reports
 from tests.support.backends import Backend, OwnJvm
+from tests.support.backlog import backlog, committed_batch, files_read_after, run_tables
 from tests.support.lake_tables import assert_matches_reference, data_commits_without_txn
 from tests.support.reference import activity_reference
 from tests.support.stress import assert_nothing_left, run_in_process, start_run
@@ -87,27 +89,54 @@ def test_killed_runs_then_rerun_equal_the_reference(spark, lake, backend):
     assert data_commits_without_txn(lake) == []  # every data commit of every table carries Delta's `txn`
 
 
-def test_a_replay_is_skipped_even_after_other_writers_committed_to_the_table(spark, lake):
+def test_a_replay_is_skipped_after_other_writers_committed_and_the_backlog_names_what_each_run_read(spark, lake):
     """Delta's own replay check (the `txn` action every write carries) holds past commits millpond did not make (an
     OPTIMIZE, a property change).
 
     Bronze and silver are killed after their Delta commit; before the rerun someone compacts bronze and tags
     silver. A write that missed the replay would duplicate bronze rows or silver keys.
+
+    Around each run, `millpond backlog` (no JVM) is compared with what that run then read: the files bronze logged,
+    the rows Spark counted into silver and gold. A killed run's planned batch counts as waiting; the OPTIMIZE and
+    the property change, which add no data, do not.
     """
     landing = lake / "landing" / "activity"
     bronze, silver = paths.table_path("bronze.activity"), paths.table_path("silver.activity")
-    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=5)
+    landed = activity_files(landing, 3, 300, duplicates=0.05, malformed=0.02, seed=5)
+    waiting = backlog(lake)["bronze.activity"]
+    assert (waiting["files"], waiting["bytes"], waiting["batches"]) == (3, sum(f.stat().st_size for f in landed), 1)
+    assert "no commit yet" in backlog(lake)["silver.activity"]["note"]
     run_in_process()
-    activity_files(landing, 2, 300, duplicates=0.05, malformed=0.02, seed=6)
+    assert [t for t, w in backlog(lake).items() if w["files"] or w["batches"]] == []
+    landed = activity_files(landing, 1, 300, duplicates=0.05, malformed=0.02, seed=6)
+    waiting = backlog(lake)["bronze.activity"]
+    assert (waiting["files"], waiting["bytes"], waiting["replayed_batch"]) == (1, landed[0].stat().st_size, False)
+
     run_killed_at(lake, "bronze.activity:after_write")
     spark.sql(f"OPTIMIZE delta.`{bronze}`")
     bronze_version = latest_version(bronze)
+    waiting = backlog(lake)["bronze.activity"]
+    assert (waiting["files"], waiting["replayed_batch"]) == (1, True)
+    bronze_done = committed_batch("bronze.activity")
     run_killed_at(lake, "silver.activity:after_write")  # bronze's batch is replayed first in this run
     assert latest_version(bronze) == bronze_version, "the replayed bronze batch was written again"
+    assert files_read_after(bronze_done) == [str(landed[0])]
     spark.sql(f"ALTER TABLE delta.`{silver}` SET TBLPROPERTIES ('team' = 'data')")
 
-    run_in_process()
+    waiting = backlog(lake)
+    assert waiting["silver.activity"]["replayed_batch"] and waiting["silver.activity"]["rows"] > 0
+    run_in_process("--run-id", "after-the-kills")
+    read = run_tables("after-the-kills")
+    for table in ("silver.activity", "gold.device_counts", "gold.activity_hourly"):
+        assert waiting[table]["rows"] == read[table]["rows_in"], (
+            f"{table}: backlog {waiting[table]}, read {read[table]}"
+        )
+        assert read[table]["backlog_rows"] == waiting[table]["rows"]  # the run recorded it before starting Spark
+    assert read["bronze.activity"]["backlog_files"] == 0
+    gated = [e for e in reports.history() if e["run_id"] == "after-the-kills" and e["table"] == "silver.activity"]
+    assert gated and all(e["backlog"]["rows"] == waiting["silver.activity"]["rows"] for e in gated)  # the index's row
     assert_matches_reference(spark, activity_reference(landing))
+    assert [t for t, w in backlog(lake).items() if w["files"] or w["batches"]] == []
 
 
 def test_a_replayed_gold_overwrite_by_delta_rs_is_skipped(spark, lake):

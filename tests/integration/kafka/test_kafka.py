@@ -28,6 +28,7 @@ from millpond.dev.kafka_broker import consume, produce
 from millpond.driver import runner
 from millpond.lake import paths
 from millpond.runs import run_summary
+from tests.support.backlog import backlog
 
 pytestmark = pytest.mark.integration
 
@@ -195,6 +196,11 @@ def test_kafka_to_bronze_and_back_to_kafka_matches_what_was_sent(spark, kafka_br
     events, alerts = topics
     bootstrap = kafka_broker.bootstrap
     events.round(spark, bootstrap, 0, 30)
+    # `millpond backlog` asks the broker for each partition's end (no JVM): every message sent is waiting
+    waiting = backlog(lake, "devices")["bronze.events"]
+    per_partition = Counter(f"{events.name}/{partition}" for partition, *_ in events.sent)
+    assert waiting["behind"] == dict(per_partition) and waiting["rows"] == len(events.sent)
+    assert waiting["batches"] == math.ceil(len(events.sent) / LIMIT)
     # `millpond preview` reads the topic in batches of --rows messages and writes nothing, not even offsets. A command
     # of its own: the preview starts a JVM of its own even beside an engine (`make test-engine`).
     previewed = subprocess.run(
@@ -221,6 +227,8 @@ def test_kafka_to_bronze_and_back_to_kafka_matches_what_was_sent(spark, kafka_br
     assert first["bronze.events"]["micro_batches"] >= math.ceil(len(events.sent) / LIMIT)  # max_offsets_per_trigger
     assert max(bronze_batch_rows(spark)) <= LIMIT
     assert first["gold.alerts"]["rows_written"] == sum(events.alerts().values())
+    assert first["bronze.events"]["backlog_rows"] == len(events.sent)  # recorded by the run before Spark started
+    assert backlog(lake, "devices")["bronze.events"]["rows"] == 0
 
     assert runner.main(["devices", "--run-id", "idle"]) == 0  # nothing new: the Kafka table still asks the broker
     idle = summary("idle")
@@ -229,7 +237,9 @@ def test_kafka_to_bronze_and_back_to_kafka_matches_what_was_sent(spark, kafka_br
     assert idle["gold.alerts"]["input_unchanged"] and idle["gold.alerts"]["rows_written"] == 0
     assert sent_alerts(spark, bootstrap, alerts) == events.alerts()
 
+    sent_before = len(events.sent)
     events.round(spark, bootstrap, 1, 20)
+    assert backlog(lake, "devices")["bronze.events"]["rows"] == len(events.sent) - sent_before
     assert runner.main(["devices", "--run-id", "r1"]) == 0
     assert bronze(spark) == events.good()
     assert quarantined(spark) == sorted(events.bad())
@@ -260,6 +270,11 @@ def test_sigkills_leave_bronze_exact_and_the_kafka_sink_at_least_once(spark, kaf
     events, alerts = topics
     bootstrap = kafka_broker.bootstrap
     events.round(spark, bootstrap, 0, 30)
+    # `millpond backlog` asks the broker for each partition's end (no JVM): every message sent is waiting
+    waiting = backlog(lake, "devices")["bronze.events"]
+    per_partition = Counter(f"{events.name}/{partition}" for partition, *_ in events.sent)
+    assert waiting["behind"] == dict(per_partition) and waiting["rows"] == len(events.sent)
+    assert waiting["batches"] == math.ceil(len(events.sent) / LIMIT)
     run_killed_at(lake, "bronze.events:between_writes")  # the first batch with a malformed value
     run_killed_at(lake, "bronze.events:after_write:2")
     run_killed_at(lake, None)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -34,6 +35,20 @@ def versions() -> dict[str, int]:
         t: (table_state(paths.table_path(t)) or table_state(paths.quarantine_path(t))).version
         for t in ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
     }
+
+
+def freshness(at: datetime) -> dict[str, dict]:
+    """`millpond freshness activity --json --at <at>` in a process of its own, by table."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "millpond"), "freshness", "activity", "--json", "--at", at.isoformat()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr  # 1: a table is stale
+    found = {f["table"]: f for f in json.loads(done.stdout)}
+    assert (done.returncode == 1) == any(f["status"] == "stale" for f in found.values())
+    return found
 
 
 def event_log(spark, run_id=None):
@@ -75,9 +90,12 @@ def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, l
     assert code == 0 and "no Spark application started" in out, (out + err)[-3000:]
 
 
-def test_a_run_with_nothing_new_writes_nothing(spark, lake):
+def test_a_run_with_nothing_new_writes_nothing_and_the_gold_tables_age_from_the_run_that_wrote(spark, lake):
+    """`millpond freshness` (no JVM) counts a table's age from its last commit that changed data: neither the idle run
+    nor an OPTIMIZE makes the gold tables (`freshness: 2h` in activity.yaml) any younger."""
     land(lake, 2, duplicates=0.05)
     assert runner.main(["activity", "--run-id", "first"]) == 0
+    ended = datetime.fromisoformat(run_summary.load("activity", "first")["updated_at"])  # after its last commit
     before = versions()
     assert runner.main(["activity", "--run-id", "second"]) == 0
     assert versions() == before
@@ -85,6 +103,13 @@ def test_a_run_with_nothing_new_writes_nothing(spark, lake):
     assert {t: (r.rows_in, r.rows_written, r.version_before, r.version_after) for t, r in log.items()} == {
         t: (0, 0, v, v) for t, v in before.items()
     }
+    spark.sql(f"OPTIMIZE delta.`{paths.table_path('gold.activity_hourly')}`")
+    spark.sql(f"ALTER TABLE delta.`{paths.table_path('gold.device_counts')}` SET TBLPROPERTIES ('team' = 'data')")
+    gold = ("gold.device_counts", "gold.activity_hourly")
+    at_the_end = freshness(ended)
+    assert {t: f["status"] for t, f in at_the_end.items()} == {t: "fresh" for t in gold}
+    assert all(datetime.fromisoformat(f["since"]) <= ended for f in at_the_end.values()), at_the_end  # the first run
+    assert {t: f["status"] for t, f in freshness(ended + timedelta(hours=3)).items()} == {t: "stale" for t in gold}
 
 
 def test_tables_whose_source_did_not_change_start_no_query_and_new_files_are_read_next_run(spark, lake):

@@ -60,7 +60,7 @@ def walk_reference(root: Path) -> list[tuple[str, int]]:
     return sorted(found)
 
 
-def test_a_folder_lists_as_sparks_file_source_sees_it(tmp_path):
+def test_a_folder_lists_as_sparks_file_source_sees_it(tmp_path, monkeypatch):
     for name, body in {
         "2026/01/01/a.json": "{}\n",
         "2026/01/02/b.json": "{}\n{}\n",
@@ -76,6 +76,9 @@ def test_a_folder_lists_as_sparks_file_source_sees_it(tmp_path):
     assert [(name, size) for name, size, _ in listed] == walk_reference(tmp_path)
     assert [name for name, _, _ in listed] == ["2026/01/01/a.json", "2026/01/02/b.json", "c.json"]
     assert all(mtime > 0 for _, _, mtime in listed)
+    monkeypatch.chdir(tmp_path.parent)  # names are relative to the folder however it is written
+    assert storage.listing(Path(tmp_path.name)) == listed
+    assert storage.listing(Path(tmp_path.name) / "2026" / "..") == listed
     assert storage.listing(tmp_path / "nothing-here") == []
     assert storage.present([str(tmp_path / "c.json"), str(tmp_path / "gone.json")], [tmp_path]) == [
         str(tmp_path / "c.json")
