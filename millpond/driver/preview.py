@@ -206,7 +206,7 @@ def run_preview(
     df = plan_table(
         sources.read_table_source(spark, pipeline, table),
         table,
-        sources.read_join_source(spark, table),
+        sources.read_join_source(spark, pipeline, table),
         sources.read_dimension(spark, pipeline, table),
     )
     printer = BatchPrinter(batches, rows, collect_all=bool(table.order_by))

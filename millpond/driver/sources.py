@@ -72,9 +72,10 @@ def read_table_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> 
     return read_delta_stream(spark, table, table.source, pipeline)
 
 
-def read_join_source(spark: SparkSession, table: Table) -> DataFrame | None:
-    """The `with` side of a join table (None without a join): a Delta stream, under the table's rate limit too."""
-    return read_delta_stream(spark, table, table.join.with_table) if table.join else None
+def read_join_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> DataFrame | None:
+    """The `with` side of a join table (None without a join): a Delta stream, under the table's rate limit too, and
+    read as the `from` side is (read_delta_stream), so a commit that removes rows stops neither side."""
+    return read_delta_stream(spark, table, table.join.with_table, pipeline) if table.join else None
 
 
 class DimensionProblem(RuntimeError):

@@ -67,7 +67,7 @@ def start_query(
     df = plan_table(
         sources.read_table_source(spark, pipeline, table),
         table,
-        sources.read_join_source(spark, table),
+        sources.read_join_source(spark, pipeline, table),
         sources.read_dimension(spark, pipeline, table),
     )
     writer = (

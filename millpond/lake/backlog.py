@@ -164,8 +164,8 @@ def _delta_waiting(pipeline: Pipeline, table: Table, upstream: str, state: _Chec
         return _unmeasured(table, upstream, "the upstream's table id is in no commit or checkpoint the log holds")
     committed = _offset_for(state.committed, table_id)
     planned = _offset_for(state.planned, table_id)
-    # millpond.driver.sources: only `from` is read with skipChangeCommits (a join's `with` side is read without)
-    skip_changes = upstream == table.source and _skips_change_commits(pipeline, upstream)
+    # millpond.driver.sources reads a join's `with` side as it reads `from`
+    skip_changes = _skips_change_commits(pipeline, upstream)
     if committed is None and planned is not None:  # a first batch planned, not committed: replayed from its snapshot
         files = _after_offset(
             location, {**planned, "index": BASE_INDEX, "isStartingVersion": True}, newest, skip_changes

@@ -28,7 +28,7 @@ import yaml
 
 from millpond.driver import runner
 from millpond.lake import checkpoints, paths
-from millpond.lake.delta_log import latest_version
+from millpond.lake.delta_log import latest_version, rows_added
 from millpond.spec import load_pipeline
 from tests.support import REPO
 from tests.support.lake_tables import event_log
@@ -328,6 +328,25 @@ def test_a_lookup_change_is_not_a_checkpoint_shape_change(clicks_lake):
     pipeline = load_pipeline("clicks")
     table = pipeline.tables[CTR]
     checkpoints.verify(pipeline, replace(table, lookup=replace(table.lookup, type="inner")))
+
+
+def test_a_delete_on_either_side_of_the_join_stops_neither_side_and_changes_no_joined_row(spark, clicks_lake):
+    """A user's DELETE on a bronze table (an erasure request, say) commits removed files. The `from` side always
+    skipped such a commit; the `with` side used to fail the next run ("Detected a data update"). Both now read alike:
+    rows already joined stay, as docs/reprocess.md says of every append table downstream of a change."""
+    deleted = {}
+    for table_id in ("bronze.impressions", "bronze.clicks"):
+        location = paths.table_path(table_id)
+        first = spark.read.format("delta").load(str(location)).limit(1).collect()[0]
+        key = "impression_id" if table_id == "bronze.impressions" else "click_id"
+        spark.sql(f"DELETE FROM delta.`{location}` WHERE {key} = '{first[key]}'")
+        deleted[table_id] = latest_version(location)
+    joined_version = latest_version(paths.table_path(JOINED))
+    assert runner.main(["clicks", "--run-id", "after-deletes"]) == 0
+    # The deletes are new versions to both streams: a batch that reads nothing of them and writes no row.
+    assert rows_added(paths.table_path(JOINED), joined_version, latest_version(paths.table_path(JOINED))) == 0
+    assert read_joined(spark) == reference(ROUNDS)
+    assert {t: latest_version(paths.table_path(t)) for t in deleted} == deleted
 
 
 def test_a_missing_or_ambiguous_dimension_stops_the_lookup_table_with_the_fix(spark, lake, monkeypatch):
