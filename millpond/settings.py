@@ -178,6 +178,20 @@ SPARK_TASK_TIMEOUT_SECONDS = Setting(
     "An Airflow Spark task running longer is stopped (its Spark application with it).",
     AIRFLOW,
 )
+FRESHNESS_SCHEDULE = Setting(
+    "MILLPOND_FRESHNESS_SCHEDULE",
+    "*/5 * * * *",
+    "How often the `millpond_freshness` DAG checks every table with a freshness goal (a cron expression, UTC).",
+    AIRFLOW,
+)
+ALERT_FILE = Setting(
+    "MILLPOND_ALERT_FILE",
+    "",
+    "A file the freshness sentinel and the pipeline DAGs' deadline alerts append each alert to, one JSON line each. "
+    "Unset: alerts are recorded in `_system/freshness` and logged, nothing is sent; for mail or Slack pass an Airflow "
+    "notifier to `build_all` in the DAG file (docs/freshness.md).",
+    AIRFLOW,
+)
 KAFKA_BOOTSTRAP = Setting(
     "MILLPOND_KAFKA_BOOTSTRAP",
     "",
@@ -228,6 +242,8 @@ ALL = (
     LOCK_WAIT_SECONDS,
     RETRY_DELAY_SECONDS,
     SPARK_TASK_TIMEOUT_SECONDS,
+    FRESHNESS_SCHEDULE,
+    ALERT_FILE,
     KAFKA_BOOTSTRAP,
     FAULT,
     FAULT_PAUSE_FILE,

@@ -2,6 +2,9 @@
 
     ingest (bronze + silver, one Spark app) -> quality_gate -> gold (one Spark app) -> run_summary
 
+and, when a table has a freshness goal, one more DAG, `millpond_freshness`, that checks the tables on its own
+schedule (millpond.airflow.alerts), and a deadline alert on the pipeline's DAG.
+
 Why a task per layer and not per table: every Spark application pays a JVM start (5-10 s) and the tables of a
 layer read each other as streams in one session. Per-table status still shows in the UI: the runner merges
 each table's outcome and row counts into the run's JSON summary (keyed by Airflow's run id), and the
@@ -24,8 +27,10 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, TriggerRule
 from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable
+from airflow.sdk.definitions.timetables.trigger import CronTriggerTimetable
 
 from millpond import process_env, settings
+from millpond.airflow.alerts import Alerting, FreshnessSentinelOperator, run_deadline
 from millpond.airflow.assets import table_asset
 from millpond.airflow.operators import (
     MillpondSparkSubmitOperator,
@@ -42,14 +47,20 @@ INGEST_LAYERS = ("bronze", "silver")
 
 
 REPROCESS_SUFFIX = run_summary.REPROCESS_DAG_SUFFIX
+FRESHNESS_DAG_ID = "millpond_freshness"
 
 
-def build_dag(pipeline: Pipeline, module_doc: str = "", reprocessing: bool = False) -> DAG:
+def build_dag(
+    pipeline: Pipeline, module_doc: str = "", reprocessing: bool = False, alerting: Alerting | None = None
+) -> DAG:
     """One DAG per spec: schedule, dates, retries and tags come from the spec; the task graph is fixed.
 
     `reprocessing`: the spec's second DAG, `<pipeline>__reprocess`, the same tasks on its `reprocess_schedule`: a
     backfill of it reprocesses one (coarser) interval per run, e.g. a day of an hourly pipeline. Its scheduled runs
     only drain what is new, like the main DAG's (usually nothing: no JVM), under the same pipeline lock.
+
+    A pipeline with freshness goals gets a deadline alert on its main DAG (run_deadline), sent through `alerting`;
+    not on the reprocess DAG, whose backfill runs wait their turn by design.
     """
     cron = pipeline.reprocess_schedule if reprocessing and pipeline.reprocess_schedule else pipeline.schedule
     schedule: Any = "@once" if cron == "@once" else CronDataIntervalTimetable(cron, "UTC")
@@ -68,6 +79,7 @@ def build_dag(pipeline: Pipeline, module_doc: str = "", reprocessing: bool = Fal
         tags=["millpond", *pipeline.tags],
         description=paused_why if unset else None,
         is_paused_upon_creation=True if unset else None,
+        deadline=None if reprocessing else run_deadline(pipeline, alerting or Alerting.from_settings()),
         doc_md=dag_doc(pipeline, module_doc, cron if reprocessing else None),
         default_args={
             "owner": pipeline.owner,
@@ -209,21 +221,50 @@ def broken_spec_dag(path: Path, problems: list[str]) -> DAG:
     return dag
 
 
-def build_all(module_doc: str = "", project: Path | None = None) -> dict[str, DAG]:
-    """Every spec in the project's pipelines/ as a DAG; a spec that does not load as a paused DAG naming its problems.
+def build_freshness_dag(tables: list[str], alerting: Alerting) -> DAG:
+    """The sentinel: every few minutes (MILLPOND_FRESHNESS_SCHEDULE) it checks each table with a freshness goal, no
+    Spark, whatever the pipelines' DAGs are doing, and records and notifies each change (docs/freshness.md)."""
+    cron = settings.FRESHNESS_SCHEDULE.value()
+    doc = (
+        f"# {FRESHNESS_DAG_ID}\n\nChecks every table with a freshness goal ({cron}, UTC), also while a pipeline's DAG "
+        "is paused: each status change becomes a row of `_system/freshness`, and the notifier is called once when "
+        "a table turns stale and once when it recovers.\n\n" + "\n".join(f"- `{t}`" for t in tables)
+    )
+    with DAG(
+        dag_id=FRESHNESS_DAG_ID,
+        schedule=CronTriggerTimetable(cron, timezone="UTC", run_immediately=True),
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_runs=1,
+        tags=["millpond", "freshness"],
+        doc_md=doc,
+        default_args={"owner": "millpond", "retries": 0},
+        auto_register=False,
+    ) as dag:
+        FreshnessSentinelOperator(task_id="check_freshness", alerting=alerting, execution_timeout=timedelta(minutes=4))
+    return dag
+
+
+def build_all(module_doc: str = "", project: Path | None = None, alerting: Alerting | None = None) -> dict[str, DAG]:
+    """Every spec in the project's pipelines/ as a DAG; a spec that does not load as a paused DAG naming its problems;
+    and the freshness sentinel when a table has a goal.
 
     `project` is the folder the DAG file belongs to: Airflow parses and runs it from any working directory.
-    MILLPOND_PROJECT, when set, wins.
+    MILLPOND_PROJECT, when set, wins. `alerting`: the notifier for freshness and deadline alerts (default:
+    MILLPOND_ALERT_FILE, else a log line), e.g. `Alerting("airflow.providers.smtp.notifications.smtp.SmtpNotifier",
+    {"to": "oncall@example.com", "subject": "{{ freshness.table }} is {{ freshness.status }}"})`.
     """
     if project is not None:
         process_env.default_for_process(settings.PROJECT.name, str(project))
+    alerting = alerting or Alerting.from_settings()
     dags = {}
+    goals: list[str] = []
     for path in all_spec_paths():
         try:
             pipeline = load_pipeline(path)
-            built = [build_dag(pipeline, module_doc)]
+            built = [build_dag(pipeline, module_doc, alerting=alerting)]
             if pipeline.reprocess_schedule:
-                built.append(build_dag(pipeline, module_doc, reprocessing=True))
+                built.append(build_dag(pipeline, module_doc, reprocessing=True, alerting=alerting))
             # Airflow's own checks, which the DagBag runs next: there a failure is an import error of the DAG file
             # that names no spec (e.g. a five-field cron the loader let through with a field out of range).
             for dag in built:
@@ -234,10 +275,13 @@ def build_all(module_doc: str = "", project: Path | None = None) -> dict[str, DA
             problems = [f"{path}: Airflow refuses the DAG: {type(exc).__name__}: {exc}. Fix: correct the spec"]
         else:
             dags.update({dag.dag_id: dag for dag in built})
+            goals += [table.id for table in pipeline.tables.values() if table.freshness]
             continue
         log.error(
             "Pipeline spec %s does not load; its DAG is paused and lists the problems:\n%s", path, "\n".join(problems)
         )
         dag = broken_spec_dag(path, problems)
         dags[dag.dag_id] = dag
+    if goals:
+        dags[FRESHNESS_DAG_ID] = build_freshness_dag(goals, alerting)
     return dags

@@ -9,6 +9,7 @@ pipeline lock               -> $MILLPOND_LAKE/_system/locks/<pipeline>.lock
 its commit lock (engine)    -> $MILLPOND_LAKE/_system/locks/<pipeline>.commit.lock
 the engine's state and log  -> $MILLPOND_LAKE/_system/engine
 unfinished reprocess        -> $MILLPOND_LAKE/_system/reprocess/<pipeline>.json
+freshness status changes    -> $MILLPOND_LAKE/_system/freshness
 
 The lake is a local (or mounted) folder or an object-store prefix (`MILLPOND_LAKE=s3a://bucket/prefix`): every
 path here is a `LakePath`, a `pathlib.Path` or an `S3Path` with the same few operations, and `str()` of either is
@@ -93,6 +94,10 @@ def system_path(name: str, root: LakePath | None = None) -> LakePath:
 
 def event_log_path(root: LakePath | None = None) -> LakePath:
     return system_path("event_log", root)
+
+
+def freshness_path(root: LakePath | None = None) -> LakePath:
+    return system_path("freshness", root)
 
 
 def query_progress_path(root: LakePath | None = None) -> LakePath:

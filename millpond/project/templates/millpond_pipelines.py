@@ -11,6 +11,8 @@ Every spec in `pipelines/*.yaml` becomes one DAG (dag id = pipeline name), built
   `$MILLPOND_LAKE/_system/runs/<pipeline>/<run id>.json`.
 - **Trigger params**: `full_refresh` = tables to rebuild from their source (downstream tables are rebuilt too).
 - **A spec that does not load** becomes a paused DAG of its own listing its problems; the others still load.
+- **Freshness**: `millpond_freshness` checks every table with a `freshness:` goal every 5 minutes and notifies when
+  one goes stale and when it recovers; a pipeline with goals has a deadline alert (docs/freshness.md).
 """
 
 from pathlib import Path

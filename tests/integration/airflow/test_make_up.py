@@ -8,7 +8,10 @@
 2. Every DAG `make up` leaves unpaused gets its first scheduled run green on a lake where nothing has landed yet; the
    Kafka example, whose broker address is not set, is left paused and says why; a trigger without a logical date
    (the API's default) and one with a logical date both succeed, and the run summary records "none" and the
-   interval; a backfill of two intervals succeeds run by run.
+   interval; a backfill of two intervals succeeds run by run. The freshness sentinel's first scheduled run alerts
+   activity's gold tables stale (nothing written yet) through the notifier `MILLPOND_ALERT_FILE` names, once: a
+   check while activity's DAG is paused finds them stale and sends nothing more; after the run that writes them, a
+   check sends one "recovered" each.
 3. `make down` while a task runs stops that whole group and nothing is left: no process of this AIRFLOW_HOME or
    this lake, nothing on the ports; a second `make down` is harmless.
 4. `make up` again on a moved lake (same Airflow home and database): a triggered run succeeds there; then backfills
@@ -123,10 +126,18 @@ def stack(tmp_path_factory):
             "AIRFLOW__CORE__PARALLELISM": "2",
             # A 500 from the API carries its statement and error, not only an id to look for in the server's log.
             "AIRFLOW__API__EXPOSE_STACKTRACE": "True",
+            "MILLPOND_ALERT_FILE": str(root / "alerts.jsonl"),
         }
     )
     assert not accepts(port)
-    info = {"env": env, "home": home, "lake": lake, "port": port, "ports": (port, worker_logs, trigger_logs)}
+    info = {
+        "env": env,
+        "home": home,
+        "lake": lake,
+        "port": port,
+        "ports": (port, worker_logs, trigger_logs),
+        "alerts": root / "alerts.jsonl",
+    }
     try:
         yield info
     finally:
@@ -221,7 +232,9 @@ def test_every_run_start_on_a_fresh_lake_succeeds(stack):
     from airflow_client.client.api.dag_api import DAGApi
     from airflow_client.client.api.dag_run_api import DagRunApi
     from airflow_client.client.models.backfill_post_body import BackfillPostBody
+    from airflow_client.client.models.dag_patch_body import DAGPatchBody
     from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
+    from deltalake import DeltaTable
 
     home, lake, port = stack["home"], stack["lake"], stack["port"]
     started = time.monotonic()
@@ -238,7 +251,7 @@ def test_every_run_start_on_a_fresh_lake_succeeds(stack):
     assert dags["device_status"].is_paused is True
     assert "MILLPOND_KAFKA_BOOTSTRAP" in (dags["device_status"].description or ""), dags["device_status"]
     unpaused = sorted(d for d, dag in dags.items() if not dag.is_paused)
-    assert unpaused == ["activity", "activity__reprocess", "clicks"], unpaused
+    assert unpaused == ["activity", "activity__reprocess", "clicks", "millpond_freshness"], unpaused
 
     # Every unpaused DAG's first (scheduled) run is green on a lake where nothing has landed.
     for dag_id in unpaused:
@@ -246,12 +259,24 @@ def test_every_run_start_on_a_fresh_lake_succeeds(stack):
         assert first, f"no run of {dag_id} was created"
         run = finished(api, dag_id, first[0].dag_run_id, timeout=300)
         assert state_of(run) == "success", (dag_id, task_states(api, dag_id, run.dag_run_id))
+        if dag_id == "millpond_freshness":
+            continue  # it writes no run summary: checked below
         summary = run_summary.load(*run_summary.dag_run_key(dag_id, run.dag_run_id), root=lake)
         assert summary and all(t["outcome"] == "succeeded" and t["rows_written"] == 0 for t in summary["tables"])
         assert any("nothing has landed in landing/" in (t.get("nothing_yet") or "") for t in summary["tables"])
     assert not (lake / "bronze").exists(), "a run on a fresh lake created a table"
     assert not (lake / "_checkpoints").exists(), "a run on a fresh lake started a query"
     print(f"first runs green: {time.monotonic() - started:.0f} s")
+
+    # The sentinel's first run found activity's gold tables with no data: one alert each. With activity's DAG
+    # paused, a check finds them still stale and sends nothing more.
+    gold = {"gold.device_counts", "gold.activity_hourly"}
+    assert sent(stack["alerts"]) == {(t, "stale") for t in gold}
+    dags_api.patch_dag("activity", DAGPatchBody(is_paused=True))
+    statuses = check_freshness(api)
+    assert {(s["table"], s["status"]) for s in statuses} == {(t, "stale") for t in gold}
+    assert len(alert_lines(stack["alerts"])) == 2
+    dags_api.patch_dag("activity", DAGPatchBody(is_paused=False))
 
     # The REST API's default: no logical date. One file landed first, so the run has something to ingest.
     activity_files(lake / "landing" / "activity", 1, 200, seed=7)
@@ -263,6 +288,17 @@ def test_every_run_start_on_a_fresh_lake_succeeds(stack):
     assert summary["data_interval"] == "none", summary
     # Ingested exactly once, by this run or, past an hour boundary, by a scheduled run that started first.
     assert table_state(lake / "bronze" / "activity").rows == 200, summary["tables"][0]
+
+    # The gold tables were written: the next check sends one "recovered" each, and the status table holds both
+    # episodes' edges.
+    assert {(s["table"], s["status"]) for s in check_freshness(api)} == {(t, "fresh") for t in gold}
+    lines = alert_lines(stack["alerts"])
+    assert sorted((line["table"], line["alert"]) for line in lines[2:]) == sorted((t, "recovered") for t in gold)
+    changes = DeltaTable(str(lake / "_system" / "freshness")).to_pyarrow_table().to_pylist()
+    assert {(r["table"], r["previous"], r["status"]) for r in changes} == {(t, None, "stale") for t in gold} | {
+        (t, "stale", "fresh") for t in gold
+    }
+    assert len(changes) == 4
 
     # With a logical date: the run has the interval the timetable gives it.
     logical = datetime(2026, 11, 2, 5, tzinfo=UTC)
@@ -475,6 +511,30 @@ def create_backfill(api, body) -> None:
             if refused.status != 503 or attempt == 9:
                 raise
             time.sleep(3)
+
+
+def check_freshness(api) -> list[dict]:
+    """One manual run of the freshness sentinel, waited for; its task's XCom: every table's status."""
+    from airflow_client.client.api.dag_run_api import DagRunApi
+    from airflow_client.client.api.x_com_api import XComApi
+    from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
+
+    run = DagRunApi(api).trigger_dag_run("millpond_freshness", TriggerDAGRunPostBody(logical_date=None))
+    done = finished(api, "millpond_freshness", run.dag_run_id, timeout=120)
+    assert state_of(done) == "success", task_states(api, "millpond_freshness", run.dag_run_id)
+    entry = XComApi(api).get_xcom_entry(
+        "millpond_freshness", "check_freshness", run.dag_run_id, "return_value", deserialize=True, stringify=False
+    )
+    value = entry.actual_instance.value  # the response is a oneOf wrapper
+    return value if isinstance(value, list) else json.loads(value)
+
+
+def alert_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def sent(path: Path) -> set[tuple[str, str]]:
+    return {(line["table"], line["alert"]) for line in alert_lines(path)}
 
 
 def state_of(run) -> str:
