@@ -4,6 +4,7 @@ notifier both send through.
     Alerting                   which Airflow notifier sends an alert: a class (or its dotted path) and its arguments
     AlertFileNotifier          an Airflow notifier appending each alert as one JSON line to a file (MILLPOND_ALERT_FILE)
     log_alert                  what runs when no notifier is configured: a warning in the task's or callback's log
+    missed_deadline            the deadline alerts' callback: the notifier with the same `alert` context
     FreshnessSentinelOperator  the `millpond_freshness` DAG's task: check every goal, notify, record the changes
     run_deadline               the DeadlineAlert of a pipeline DAG whose tables have freshness goals
 
@@ -29,8 +30,10 @@ from typing import Any
 from airflow.sdk import BaseNotifier, BaseOperator
 from airflow.sdk.definitions.callback import SyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+from airflow.sdk.exceptions import AirflowException
 
 from millpond import settings
+from millpond.airflow.spark_app import lake_access
 from millpond.spec import Pipeline, SpecError, all_spec_paths, load_pipeline
 
 log = logging.getLogger(__name__)
@@ -39,26 +42,40 @@ log = logging.getLogger(__name__)
 # processor imports this module every 30 s.
 
 
-def alert_facts(context: Mapping[str, Any]) -> dict[str, Any]:
-    """What an alert is about, from the context a notifier is called with: the sentinel's `freshness` entry, or the
-    `dag_run` and `deadline` Airflow passes a deadline callback."""
-    if "freshness" in context:
-        return {"kind": "freshness", **context["freshness"]}
+def freshness_alert(change: dict[str, Any]) -> dict[str, Any]:
+    """The sentinel's alert about one table's status change (freshness_watch.StatusChange.as_dict)."""
+    why = f" ({change['note']})" if change.get("note") else ""
+    subject = (
+        f"{change['table']} recovered: {change['status']}"
+        if change.get("alert") == "recovered"
+        else f"{change['table']} is {change['status']}{why}"
+    )
+    return {"kind": "freshness", "subject": subject, **change}
+
+
+def deadline_alert(context: Mapping[str, Any]) -> dict[str, Any]:
+    """A missed deadline, from the `dag_run` and `deadline` Airflow passes a deadline callback (times as ISO text: the
+    scheduler stores them as datetimes)."""
     dag_run = context.get("dag_run") or {}
     deadline = context.get("deadline") or {}
-    return {
-        "kind": "deadline",
+    facts = {
         "dag_id": dag_run.get("dag_id"),
         "run_id": dag_run.get("dag_run_id") or dag_run.get("run_id"),
-        "queued_at": dag_run.get("queued_at"),
-        "deadline_time": deadline.get("deadline_time"),
+        "queued_at": _text(dag_run.get("queued_at")),
+        "deadline_time": _text(deadline.get("deadline_time")),
     }
+    subject = f"{facts['dag_id']} run {facts['run_id']} not ended by {facts['deadline_time']}: its tables may be stale"
+    return {"kind": "deadline", "subject": subject, **facts}
+
+
+def _text(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 class AlertFileNotifier(BaseNotifier):
-    """Appends each alert as one JSON line (`kind`, then what the alert is about, and `sent_at`) to `path`: a file a
-    log shipper, a script or a test reads. One `write` per line in append mode, so concurrent writers do not tear
-    each other's lines."""
+    """Appends each alert (the context's `alert`: `kind`, `subject`, then what it is about) as one JSON line with
+    `sent_at` to `path`: a file a log shipper, a script or a test reads. One `write` per line in append mode, so
+    concurrent writers do not tear each other's lines."""
 
     template_fields = ("path",)
 
@@ -67,7 +84,7 @@ class AlertFileNotifier(BaseNotifier):
         self.path = path
 
     def notify(self, context: Any) -> None:
-        entry = {**alert_facts(context), "sent_at": datetime.now(UTC).isoformat()}
+        entry = {**context["alert"], "sent_at": datetime.now(UTC).isoformat()}
         target = Path(self.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a", encoding="utf-8") as out:
@@ -77,7 +94,15 @@ class AlertFileNotifier(BaseNotifier):
 def log_alert(context: Mapping[str, Any]) -> None:
     """The alert when no notifier is configured: a warning in the log of the task or callback that raised it (a
     missed deadline is also listed on Airflow's Deadlines page)."""
-    log.warning("millpond alert (no notifier configured, docs/freshness.md): %s", json.dumps(alert_facts(context)))
+    log.warning(
+        "millpond alert (no notifier configured, docs/freshness.md): %s", json.dumps(context["alert"], default=str)
+    )
+
+
+def missed_deadline(context: Mapping[str, Any], notifier: str | None = None, notifier_kwargs: Any = None) -> None:
+    """The deadline alert's callback, run by Airflow's executor: the configured notifier (a dotted path) with the
+    context every millpond alert has, `alert` (deadline_alert), or log_alert without one."""
+    Alerting(notifier, notifier_kwargs or {}).send({**context, "alert": deadline_alert(context)})
 
 
 @dataclass(frozen=True)
@@ -94,13 +119,17 @@ class Alerting:
         return cls(AlertFileNotifier, {"path": path}) if path else cls()
 
     def callback(self) -> SyncCallback:
-        """The deadline alert's callback: run by Airflow's executor with the missed run's context."""
-        if self.notifier is None:
-            return SyncCallback(log_alert)
-        return SyncCallback(self.notifier, kwargs=dict(self.kwargs))
+        """The deadline alert's callback (missed_deadline), run by Airflow's executor with the missed run's context.
+        The notifier's arguments are stored with the DAG: name a connection id in them, never a secret."""
+        path = self.notifier if isinstance(self.notifier, str) or self.notifier is None else self._dotted()
+        return SyncCallback(missed_deadline, kwargs={"notifier": path, "notifier_kwargs": dict(self.kwargs)})
+
+    def _dotted(self) -> str:
+        assert self.notifier is not None and not isinstance(self.notifier, str)
+        return f"{self.notifier.__module__}.{self.notifier.__qualname__}"
 
     def send(self, context: Mapping[str, Any]) -> None:
-        """One alert, through a notifier built for it alone."""
+        """One alert (the context's `alert`), through a notifier built for it alone."""
         if self.notifier is None:
             log_alert(context)
             return
@@ -111,8 +140,9 @@ class Alerting:
 
 
 def run_deadline(pipeline: Pipeline, alerting: Alerting) -> DeadlineAlert | None:
-    """A run that has not ended this long after it was queued has let a table go stale: each table's last data
-    commit is older than the queue time, so its age passes the smallest `error_after` by then. None without goals."""
+    """A run not ended the smallest `error_after` after it was queued: its tables may be stale by then (their last
+    data commit came before the queue time, unless this run or another writer already wrote them). None without
+    goals. Airflow queues a backfill's runs together, so its later runs can miss this while the first ones run."""
     goals = [table.freshness.error_after for table in pipeline.tables.values() if table.freshness]
     if not goals:
         return None
@@ -135,23 +165,29 @@ class FreshnessSentinelOperator(BaseOperator):
     def execute(self, context: Any) -> list[dict[str, Any]]:
         from millpond.runs import freshness_watch
 
-        pipelines = []
+        pipelines, broken = [], []
         for path in all_spec_paths():
             try:
                 pipelines.append(load_pipeline(path))
             except SpecError as exc:
-                log.error("Spec %s does not load, so its tables are not checked:\n%s", path, "\n".join(exc.problems))
+                broken.append(f"{path}:\n" + "\n".join(exc.problems))
         at = datetime.now(UTC)
 
         def notify(change: freshness_watch.StatusChange) -> None:
-            self.alerting.send({**context, "freshness": change.as_dict()})
+            self.alerting.send({**context, "alert": freshness_alert(change.as_dict())})
 
         checked_by = str(context.get("run_id") or "airflow")
-        evaluated, changes = freshness_watch.check(pipelines, at, notify, checked_by)
+        with lake_access():  # an object-store lake's AWS_* from the Airflow connection, as every task reads it
+            evaluated, changes = freshness_watch.check(pipelines, at, notify, checked_by)
         for change in changes:
             log.info(
                 "%s: %s -> %s%s", change.found.table, change.previous, change.found.status,
                 f" (sent: {change.alert})" if change.alert else "",
             )  # fmt: skip
         log.info("Checked %d table(s) at %s: %d status change(s)", len(evaluated), at.isoformat(), len(changes))
+        if broken:  # the others were checked; a spec that does not load must not silence its tables' alerts
+            raise AirflowException(
+                "These specs do not load, so their tables' freshness is not checked (their DAGs show why; "
+                "`make validate`):\n" + "\n".join(broken)
+            )
         return [{"pipeline": pipeline, **found.as_dict()} for pipeline, found in evaluated]

@@ -237,6 +237,7 @@ def build_freshness_dag(tables: list[str], alerting: Alerting) -> DAG:
         catchup=False,
         max_active_runs=1,
         tags=["millpond", "freshness"],
+        is_paused_upon_creation=False,  # a sentinel left paused (Airflow's default for new DAGs) would say nothing
         doc_md=doc,
         default_args={"owner": "millpond", "retries": 0},
         auto_register=False,

@@ -6,8 +6,9 @@ cleared, and whose schedule keeps going while a pipeline's DAG is paused or its 
 per table says where each stale episode stands whatever happened to the runs in between, and a user queries the
 history like any other table. Recorded by delta-rs (no JVM), as the event log is.
 
-Notify, then record: a notifier that fails leaves the change unrecorded, so the next check sends it again (an alert
-may come twice, never not at all), and the failure fails the check.
+Notify, then record: a notifier that fails leaves the change unrecorded, so the next check sends it again if the
+table is still in that state, and the failure fails the check. A table no spec checks any more gets an `unchecked`
+row, which closes its episode: if its goal comes back while it is stale, that is a new episode, with its alert.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ COLUMNS = (
     ("checked_at", "timestamp"),
     ("pipeline", "string"),
     ("table", "string"),
-    ("status", "string"),  # fresh, warn or stale (millpond.lake.freshness)
+    ("status", "string"),  # fresh, warn or stale (millpond.lake.freshness), or unchecked
     ("previous", "string"),  # the status recorded before; null the first time the table was checked
     ("alert", "string"),  # "stale" or "recovered" when this change was notified, else null
     ("basis", "string"),
@@ -37,6 +38,9 @@ COLUMNS = (
     ("note", "string"),
     ("checked_by", "string"),  # who checked: the sentinel's Airflow run id, or the command
 )
+
+
+UNCHECKED = "unchecked"  # a table recorded before that no spec that loads gives a goal now: its episode is closed
 
 
 class AlertError(RuntimeError):
@@ -57,7 +61,7 @@ class StatusChange:
         between fresh and warn is recorded, not sent). A change is never from a status to itself."""
         if self.found.status == "stale":
             return "stale"
-        if self.previous == "stale" and self.found.status != "stale":
+        if self.previous == "stale" and self.found.status not in ("stale", UNCHECKED):
             return "recovered"
         return None
 
@@ -66,28 +70,35 @@ class StatusChange:
         return {"pipeline": self.pipeline, **self.found.as_dict(), "previous": self.previous, "alert": self.alert}
 
 
-def last_statuses(root: paths.LakePath | None = None) -> dict[str, str]:
-    """Each table's last recorded status, by table id."""
+def last_statuses(root: paths.LakePath | None = None) -> dict[str, tuple[str, str]]:
+    """Each table's last recorded (pipeline, status), by table id: the newest `checked_at` (the sentinel runs one
+    check at a time)."""
     table = system_tables.open_table(paths.freshness_path(root))
     if table is None:
         return {}
-    rows = table.to_pyarrow_table(columns=["checked_at", "table", "status"]).to_pylist()
-    latest: dict[str, tuple[datetime, str]] = {}
-    for row in rows:
-        seen = latest.get(row["table"])
-        if seen is None or row["checked_at"] >= seen[0]:
-            latest[row["table"]] = (row["checked_at"], row["status"])
-    return {table_id: status for table_id, (_, status) in latest.items()}
+    rows = table.to_pyarrow_table(columns=["checked_at", "table", "pipeline", "status"]).to_pylist()
+    rows.sort(key=lambda row: row["checked_at"])
+    return {row["table"]: (row["pipeline"], row["status"]) for row in rows}
 
 
 def status_changes(evaluated: Iterable[tuple[str, TableFreshness]]) -> list[StatusChange]:
-    """Every evaluated table (pipeline name, its freshness) whose status is not the one last recorded for it."""
+    """Every evaluated table (pipeline name, its freshness) whose status is not the one last recorded for it, and
+    every table recorded before that was not evaluated now (its goal removed, its spec broken): `unchecked`."""
     recorded = last_statuses()
-    return [
-        StatusChange(pipeline, found, recorded.get(found.table))
-        for pipeline, found in evaluated
-        if recorded.get(found.table) != found.status
-    ]
+    seen: set[str] = set()
+    changes = []
+    for pipeline, found in evaluated:
+        if found.table in seen:  # two pipelines naming one table: `millpond validate` refuses that; one alert
+            continue
+        seen.add(found.table)
+        previous = recorded.get(found.table, (pipeline, None))[1]
+        if previous != found.status:
+            changes.append(StatusChange(pipeline, found, None if previous == UNCHECKED else previous))
+    for table_id, (pipeline, status) in recorded.items():
+        if table_id not in seen and status != UNCHECKED:
+            gone = TableFreshness(table_id, UNCHECKED, "", None, None, None, None, "no spec that loads has its goal")
+            changes.append(StatusChange(pipeline, gone, status))
+    return changes
 
 
 def check(

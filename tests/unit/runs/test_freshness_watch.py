@@ -98,4 +98,25 @@ def test_a_failing_notifier_leaves_its_change_unrecorded_so_the_next_check_sends
     inbox.failing.clear()
     freshness_watch.check(activity, now + timedelta(minutes=5), inbox, "check-2")
     assert inbox.sent[1:] == [("gold.activity_hourly", "stale")]
-    assert freshness_watch.last_statuses() == {"gold.device_counts": "stale", "gold.activity_hourly": "stale"}
+    assert freshness_watch.last_statuses() == {
+        "gold.device_counts": ("activity", "stale"),
+        "gold.activity_hourly": ("activity", "stale"),
+    }
+
+
+def test_a_table_no_spec_checks_any_more_closes_its_episode_and_a_returning_goal_alerts_anew(lake):
+    activity = [load_pipeline("activity")]
+    inbox = Inbox()
+    now = datetime.now(UTC)
+    freshness_watch.check(activity, now, inbox, "check-1")
+    # The goals are gone (a spec edited, or broken): one `unchecked` row each, no alert.
+    evaluated, changes = freshness_watch.check([], now + timedelta(minutes=5), inbox, "check-2")
+    assert evaluated == [] and len(inbox.sent) == 2
+    assert {(c.found.table, c.previous, c.found.status, c.alert) for c in changes} == {
+        (t, "stale", "unchecked", None) for t in GOLD
+    }
+    freshness_watch.check([], now + timedelta(minutes=10), inbox, "check-3")  # nothing more to close
+    assert len(recorded()) == 4
+    # The goals are back while the tables are still stale: a new episode, alerted again.
+    freshness_watch.check(activity, now + timedelta(minutes=15), inbox, "check-4")
+    assert inbox.sent[2:] == [(t, "stale") for t in GOLD]
