@@ -184,12 +184,27 @@ FRESHNESS_SCHEDULE = Setting(
     "How often the `millpond_freshness` DAG checks every table with a freshness goal (a cron expression, UTC).",
     AIRFLOW,
 )
+DEADLINE_ALERTS = Setting(
+    "MILLPOND_DEADLINE_ALERTS",
+    "off",
+    "`on` gives each pipeline DAG with freshness goals Airflow's DeadlineAlert (docs/freshness.md); `make up` and "
+    "docker compose turn it on. Off by default: Airflow 3.3.2's `airflow dags test` (what `make demo` runs) exits "
+    "non-zero after a successful run of a DAG with a deadline (apache/airflow#73428).",
+    AIRFLOW,
+)
 ALERT_FILE = Setting(
     "MILLPOND_ALERT_FILE",
     "",
     "A file the freshness sentinel and the pipeline DAGs' deadline alerts append each alert to, one JSON line each. "
-    "Unset: alerts are recorded in `_system/freshness` and logged, nothing is sent; for mail or Slack pass an Airflow "
-    "notifier to `build_all` in the DAG file (docs/freshness.md).",
+    "Unset: alerts are logged, nothing is sent (the sentinel still records each change in `_system/freshness`); for "
+    "mail or Slack pass an Airflow notifier to `build_all` in the DAG file (docs/freshness.md).",
+    AIRFLOW,
+)
+LINEAGE_TIMEOUT_SECONDS = Setting(
+    "MILLPOND_LINEAGE_TIMEOUT_SECONDS",
+    "10",
+    "How long a run waits for its OpenLineage events to be sent (openlineage.yml or OPENLINEAGE__* configure "
+    "where); a receiver slower or down is logged and the run goes on. The events are also kept in `_system/lineage`.",
     AIRFLOW,
 )
 KAFKA_BOOTSTRAP = Setting(
@@ -243,7 +258,9 @@ ALL = (
     RETRY_DELAY_SECONDS,
     SPARK_TASK_TIMEOUT_SECONDS,
     FRESHNESS_SCHEDULE,
+    DEADLINE_ALERTS,
     ALERT_FILE,
+    LINEAGE_TIMEOUT_SECONDS,
     KAFKA_BOOTSTRAP,
     FAULT,
     FAULT_PAUSE_FILE,

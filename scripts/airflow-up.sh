@@ -17,6 +17,8 @@ else
   export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://localhost:$PORT/execution/"
   export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
   export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
+  # A scheduler runs the DAGs here: their deadline alerts work (off for `airflow dags test`, apache/airflow#73428).
+  export MILLPOND_DEADLINE_ALERTS="${MILLPOND_DEADLINE_ALERTS:-on}"
   export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
   # The scheduler queues the first run before the API server answers; with the 5 s / 5-retry defaults the task dies
   # on a busy machine (ReadTimeout on the execution API) and waits out its retry delay (300 s).

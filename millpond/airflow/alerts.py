@@ -139,12 +139,21 @@ class Alerting:
         notifier(**self.kwargs)(dict(context))
 
 
+def deadline_alerts_enabled() -> bool:
+    """MILLPOND_DEADLINE_ALERTS: on where a scheduler runs the DAGs (`make up`, compose), off by default."""
+    choice = settings.DEADLINE_ALERTS.choice()
+    if choice not in ("on", "off"):
+        raise settings.SettingError(f"MILLPOND_DEADLINE_ALERTS={choice!r} is neither on nor off. Fix: set one")
+    return choice == "on"
+
+
 def run_deadline(pipeline: Pipeline, alerting: Alerting) -> DeadlineAlert | None:
     """A run not ended the smallest `error_after` after it was queued: its tables may be stale by then (their last
     data commit came before the queue time, unless this run or another writer already wrote them). None without
-    goals. Airflow queues a backfill's runs together, so its later runs can miss this while the first ones run."""
+    goals, or with MILLPOND_DEADLINE_ALERTS off. Airflow queues a backfill's runs together, so its later runs can miss
+    this while the first ones run."""
     goals = [table.freshness.error_after for table in pipeline.tables.values() if table.freshness]
-    if not goals:
+    if not goals or not deadline_alerts_enabled():
         return None
     return DeadlineAlert(
         reference=DeadlineReference.DAGRUN_QUEUED_AT,
