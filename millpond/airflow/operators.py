@@ -41,6 +41,7 @@ from millpond.airflow.spark_app import (
 from millpond.driver import jars
 from millpond.driver.connect_server import REMOTE_ENV
 from millpond.runs import run_summary
+from millpond.runs.lineage import PARENT, ROOT_PARENT
 
 if TYPE_CHECKING:
     from millpond.airflow.hooks import MillpondSparkSubmitHook
@@ -118,8 +119,8 @@ class MillpondSparkSubmitOperator(BaseOperator):
         self.application_args = [*self.application_args, *reprocess_args(context, interval)]
         if interval:
             self.log.info("Reprocessing the data interval %s (docs/reprocess.md)", interval)
-        with lake_access() as access:  # an object-store lake's AWS_* from the Airflow connection (spark_app)
-            if access:
+        with lake_access() as access, process_env.scoped(lineage_parent(context)):
+            if access:  # an object-store lake's AWS_* from the Airflow connection (spark_app)
                 self.log.info("Object-store lake: AWS_* from Airflow connection %r", AWS_CONN_ID)
             if self.run_without_spark():
                 return
@@ -237,6 +238,18 @@ class MillpondSparkSubmitOperator(BaseOperator):
                 run.wait(timeout=4)
             except subprocess.TimeoutExpired:
                 run.kill()
+
+
+def lineage_parent(context: Any) -> dict[str, str | None]:
+    """This task instance as the parent of the run's lineage events (millpond.runs.lineage), in OpenLineage's
+    standard variables and with the ids the OpenLineage provider gives the task's own events, so both join in one
+    graph. Without the provider, the run is its own parent."""
+    try:
+        from airflow.providers.openlineage.plugins.macros import lineage_parent_id, lineage_root_parent_id
+    except ImportError:
+        return {}
+    task_instance = context["ti"]
+    return {PARENT: lineage_parent_id(task_instance), ROOT_PARENT: lineage_root_parent_id(task_instance)}
 
 
 def reprocess_args(context: Any, interval: str | None) -> list[str]:

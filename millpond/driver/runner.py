@@ -25,7 +25,7 @@ from millpond.lake.backlog import pipeline_backlog
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import pipeline_lock
 from millpond.lake.lock_errors import LakeNotWritable, PipelineBusy
-from millpond.runs import event_log
+from millpond.runs import event_log, lineage
 from millpond.runs.run_ids import cli_run_id
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.settings import SettingError
@@ -619,6 +619,9 @@ def record_run(
         event_log.append_progress(batches or [])
         summary = event_log.write_run_summary(pipeline.name, run, results)
         phases["event_log"] = time.perf_counter() - started
+        started = time.perf_counter()
+        lineage.record(pipeline, run, results)  # never raises: the tables and the event log are committed
+        phases["lineage"] = time.perf_counter() - started
         print("millpond: phases " + " ".join(f"{name}={seconds:.2f}s" for name, seconds in phases.items()))
     except LeaseLost:
         raise

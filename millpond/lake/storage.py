@@ -13,7 +13,8 @@ code reads either lake alike. What cannot be alike is here:
   when another writer came in between (object_store.read_modify_write, the conditional writes the lease uses too);
 - a folder a tool fills with local files (Great Expectations' Data Docs, the sample generators): the folder itself
   on disk; on the store a local folder whose new files are put into the lake when the tool is done;
-- removing a folder and all under it.
+- removing a folder and all under it;
+- a folder's name in OpenLineage's dataset naming.
 """
 
 from __future__ import annotations
@@ -209,3 +210,11 @@ def delta_rs_location(path: LakePath) -> tuple[str, dict[str, str] | None]:
     if isinstance(path, S3Path):
         return f"s3://{path.location.arrow_path}", delta_rs_options()
     return str(path), None
+
+
+def lineage_name(path: LakePath) -> tuple[str, str]:
+    """(namespace, name) by OpenLineage's dataset naming: `file` and the absolute path on disk, `s3://<bucket>` and
+    the key on the store (s3a:// and s3n:// name the same objects)."""
+    if isinstance(path, S3Path):
+        return f"s3://{path.location.bucket}", path.location.key.strip("/")
+    return "file", os.path.abspath(path)

@@ -19,8 +19,10 @@ from millpond.driver.streaming import checkpoint_query_id
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version, table_state
 from millpond.runs import run_summary
+from millpond.spec import load_pipeline
 from tests.support import REPO
 from tests.support.lake_tables import assert_matches_reference, data_commits_without_txn, read
+from tests.support.lineage import assert_lineage_of_a_first_run, events_in, file_transport
 from tests.support.reference import activity_reference
 
 pytestmark = pytest.mark.integration
@@ -56,13 +58,20 @@ def event_log(spark, run_id=None):
     return {r.table: r for r in (df.where(df.run_id == run_id) if run_id else df).collect()}
 
 
-def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, lake, backend):
-    """The spine, on both backends (a JVM of the run's own, the engine)."""
+def test_three_rounds_match_reference_and_each_run_reads_only_new_files(spark, lake, backend, monkeypatch, tmp_path):
+    """The spine, on both backends (a JVM of the run's own, the engine). The first run also sends its OpenLineage
+    events to a file through openlineage-python's own transport: the same graph on both backends, the spec's."""
+    sent = tmp_path / "lineage.jsonl"
     for round_number in range(3):
         land(lake, 2, duplicates=0.05, malformed=0.01, seed=round_number)
-        code, out, err = backend.run("--run-id", f"round-{round_number}")
+        with monkeypatch.context() as scoped:
+            for name, value in file_transport(sent).items() if round_number == 0 else ():
+                scoped.setenv(name, value)
+            code, out, err = backend.run("--run-id", f"round-{round_number}")
         assert code == 0, (out + err)[-4000:]
         backend.assert_ran_here(out)
+        if round_number == 0:
+            assert_lineage_of_a_first_run(events_in(sent), load_pipeline("activity"), lake)
         bronze = event_log(spark, f"round-{round_number}")["bronze.activity"]
         assert bronze.rows_in == 800  # exactly the two files landed since the previous run
         assert bronze.outcome == "succeeded"
