@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import subprocess
 import sys
 from datetime import UTC
@@ -45,6 +46,8 @@ from millpond.runs.lineage import PARENT, ROOT_PARENT
 
 if TYPE_CHECKING:
     from millpond.airflow.hooks import MillpondSparkSubmitHook
+
+log = logging.getLogger(__name__)
 
 # Imported inside functions: the runner and its driver modules only inside a task's execute(): the DAG processor imports
 # the operators every 30 s.
@@ -243,13 +246,21 @@ class MillpondSparkSubmitOperator(BaseOperator):
 def lineage_parent(context: Any) -> dict[str, str | None]:
     """This task instance as the parent of the run's lineage events (millpond.runs.lineage), in OpenLineage's
     standard variables and with the ids the OpenLineage provider gives the task's own events, so both join in one
-    graph. Without the provider, the run is its own parent."""
+    graph. Without the provider, or with it disabled (no transport configured), the run is its own parent; an id
+    the provider cannot make is logged, never a failed task."""
     try:
+        from airflow.providers.openlineage.conf import is_disabled
         from airflow.providers.openlineage.plugins.macros import lineage_parent_id, lineage_root_parent_id
     except ImportError:
         return {}
-    task_instance = context["ti"]
-    return {PARENT: lineage_parent_id(task_instance), ROOT_PARENT: lineage_root_parent_id(task_instance)}
+    try:
+        if is_disabled():
+            return {}
+        task_instance = context["ti"]
+        return {PARENT: lineage_parent_id(task_instance), ROOT_PARENT: lineage_root_parent_id(task_instance)}
+    except Exception as exc:
+        log.warning("The OpenLineage parent of this task could not be made (%s): the run is its own parent", exc)
+        return {}
 
 
 def reprocess_args(context: Any, interval: str | None) -> list[str]:

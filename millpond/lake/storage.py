@@ -218,3 +218,9 @@ def lineage_name(path: LakePath) -> tuple[str, str]:
     if isinstance(path, S3Path):
         return f"s3://{path.location.bucket}", path.location.key.strip("/")
     return "file", os.path.abspath(path)
+
+
+def lineage_uri(path: LakePath) -> str:
+    """The folder as one URI (`file:///abs/lake`, `s3://bucket/prefix`): a namespace naming one lake."""
+    namespace, name = lineage_name(path)
+    return f"{namespace}/{name}" if isinstance(path, S3Path) else f"file://{name}"

@@ -33,8 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from millpond import settings
-from millpond.lake import paths, system_tables
-from millpond.lake.delta_log import rows_added
+from millpond.lake import paths, storage, system_tables
 from millpond.runs.lineage_columns import Column, column_lineage, dataset_name, kafka_dataset
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import FileSource, KafkaSource, Pipeline, Table, resolve_setting
@@ -69,7 +68,8 @@ def job_namespace() -> str:
     """OPENLINEAGE_NAMESPACE, else the parent's (an Airflow task's: one namespace for the whole graph), else
     `millpond`."""
     given = os.environ.get(PARENT, "").strip()
-    return os.environ.get(NAMESPACE, "").strip() or (_split_parent(given)[0] if given else DEFAULT_NAMESPACE)
+    parent = _split_parent(given)[0] if given and _parent_well_formed(given) else DEFAULT_NAMESPACE
+    return os.environ.get(NAMESPACE, "").strip() or parent
 
 
 def job_name(pipeline: str, table_id: str) -> str:
@@ -77,60 +77,40 @@ def job_name(pipeline: str, table_id: str) -> str:
 
 
 def record(pipeline: Pipeline, run: RunContext, results: list[TableResult]) -> None:
-    """Build, keep and send the run's events; any failure is said, never raised: the tables are committed."""
+    """Build, keep and send the run's events. Never raises: the tables and the event log are committed, so a part
+    that fails (a table's events, the `_system/lineage` commit, the sending) is said and the rest goes on."""
     try:
+        timeout = settings.LINEAGE_TIMEOUT_SECONDS.seconds()
         events = run_events(pipeline, run, results)
+    except Exception as exc:
+        _said(run, "not built", exc)
+        return
+    try:
         keep(pipeline, run, events)
     except Exception as exc:
-        print(f"millpond: lineage of run {run.run_id} not recorded ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return
-    send(events, settings.LINEAGE_TIMEOUT_SECONDS.seconds())
+        _said(run, f"not kept in {paths.system_path('lineage')}", exc)
+    send(events, timeout)
+
+
+def _said(run: RunContext, what: str, exc: Exception) -> None:
+    print(f"millpond: lineage of run {run.run_id} {what} ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def run_events(pipeline: Pipeline, run: RunContext, results: list[TableResult]) -> list[RunEvent]:
     """START and COMPLETE/FAIL for each table result, under the parent the run has (or a millpond run job of its
     own, whose events come first and last)."""
-    from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
-    from openlineage.client.facet_v2 import job_type_job
+    from openlineage.client.event_v2 import RunState
 
     namespace = job_namespace()
-    parent, own_parent = parent_facet(pipeline.name, run)
+    parent, own_parent = parent_facet(pipeline.name, run, results)
     events: list[RunEvent] = []
     if own_parent is not None:
         events.append(own_parent(RunState.START, min((r.started_at for r in results), default=_now())))
     for result in results:
-        table = pipeline.tables[result.table]
-        run_uuid = str(uuid.uuid4())
-        facets: dict[str, Any] = {"parent": parent} if parent else {}
-        job = Job(
-            namespace=namespace,
-            name=job_name(pipeline.name, table.id),
-            facets={"jobType": job_type_job.JobTypeJobFacet(processingType="STREAMING", integration="MILLPOND")},
-        )
-        inputs = input_datasets(pipeline, table)
-        events.append(
-            RunEvent(
-                eventType=RunState.START,
-                eventTime=result.started_at.isoformat(),
-                run=Run(runId=run_uuid, facets=facets),
-                job=job,
-                inputs=inputs,
-                outputs=[_target(table)],
-                producer=PRODUCER,
-            )
-        )
-        state, end_facets = _ending(result)
-        events.append(
-            RunEvent(
-                eventType=state,
-                eventTime=(result.ended_at or _now()).isoformat(),
-                run=Run(runId=run_uuid, facets={**facets, **end_facets}),
-                job=job,
-                inputs=inputs,
-                outputs=output_datasets(pipeline, table, result),
-                producer=PRODUCER,
-            )
-        )
+        try:
+            events += table_events(pipeline, result, namespace, parent)
+        except Exception as exc:  # this table's events only: the others still tell their part
+            _said(run, f"for {result.table} not built", exc)
     if own_parent is not None:
         failed = any(r.outcome in ("failed", "gate_failed") for r in results)
         ended = max((r.ended_at or _now() for r in results), default=_now())
@@ -138,13 +118,58 @@ def run_events(pipeline: Pipeline, run: RunContext, results: list[TableResult]) 
     return events
 
 
-def parent_facet(pipeline: str, run: RunContext) -> tuple[Any, Any]:
+def table_events(pipeline: Pipeline, result: TableResult, namespace: str, parent: Any) -> list[RunEvent]:
+    """One table's START and its ending."""
+    from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+    from openlineage.client.facet_v2 import job_type_job
+    from openlineage.client.uuid import generate_new_uuid
+
+    events: list[RunEvent] = []
+    table = pipeline.tables[result.table]
+    run_uuid = str(generate_new_uuid(result.started_at))
+    facets: dict[str, Any] = {"parent": parent} if parent else {}
+    job = Job(
+        namespace=namespace,
+        name=job_name(pipeline.name, table.id),
+        facets={"jobType": job_type_job.JobTypeJobFacet(processingType="STREAMING", integration="MILLPOND")},
+    )
+    inputs = input_datasets(pipeline, table)
+    events.append(
+        RunEvent(
+            eventType=RunState.START,
+            eventTime=result.started_at.isoformat(),
+            run=Run(runId=run_uuid, facets=facets),
+            job=job,
+            inputs=inputs,
+            outputs=[_target(table)],
+            producer=PRODUCER,
+        )
+    )
+    state, end_facets = _ending(result)
+    events.append(
+        RunEvent(
+            eventType=state,
+            eventTime=(result.ended_at or _now()).isoformat(),
+            run=Run(runId=run_uuid, facets={**facets, **end_facets}),
+            job=job,
+            inputs=inputs,
+            outputs=output_datasets(pipeline, table, result),
+            producer=PRODUCER,
+        )
+    )
+    return events
+
+
+def parent_facet(pipeline: str, run: RunContext, results: list[TableResult]) -> tuple[Any, Any]:
     """(the parent facet, a maker of the millpond run's own events or None): the Airflow task's run when
-    OPENLINEAGE_PARENT_ID is set, else the millpond run (job `<pipeline>`, a run id derived from millpond's)."""
+    OPENLINEAGE_PARENT_ID is set, else the millpond run (job `<pipeline>`, a UUIDv7 derived from millpond's run id)."""
     from openlineage.client.event_v2 import Job, Run, RunEvent
     from openlineage.client.facet_v2 import parent_run
 
     given = os.environ.get(PARENT, "").strip()
+    if given and not _parent_well_formed(given):
+        print(f"millpond: {PARENT}={given!r} is not namespace/job/runId: the run is its own parent", file=sys.stderr)
+        given = ""
     if given:
         namespace, name, run_uuid = _split_parent(given)
         root_given = os.environ.get(ROOT_PARENT, "").strip()
@@ -155,7 +180,10 @@ def parent_facet(pipeline: str, run: RunContext) -> tuple[Any, Any]:
         )
         return facet, None
     namespace = job_namespace()
-    run_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"millpond:{pipeline}:{run.run_id}"))
+    from openlineage.client.uuid import generate_static_uuid
+
+    started = min((r.started_at for r in results), default=_now())
+    run_uuid = str(generate_static_uuid(started, f"millpond:{pipeline}:{run.run_id}".encode()))
     root = parent_run.Root(run=parent_run.RootRun(runId=run_uuid), job=parent_run.RootJob(namespace, pipeline))
     facet = parent_run.ParentRunFacet(
         run=parent_run.Run(runId=run_uuid), job=parent_run.Job(namespace=namespace, name=pipeline), root=root
@@ -173,11 +201,18 @@ def parent_facet(pipeline: str, run: RunContext) -> tuple[Any, Any]:
     return facet, own
 
 
+def _parent_well_formed(text: str) -> bool:
+    try:
+        _split_parent(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _split_parent(text: str) -> tuple[str, str, str]:
-    """`namespace/job/runId`: the namespace and job may hold `/` themselves, the run id (a UUID) does not."""
-    head, _, run_uuid = text.rpartition("/")
-    namespace, _, name = head.partition("/")
-    uuid.UUID(run_uuid)  # a malformed parent is an error (said by record), not an event Marquez would refuse
+    """`namespace/job/runId`: a namespace may hold `/` (`airflow://prod`), a job name and a run id do not."""
+    namespace, name, run_uuid = text.rsplit("/", 2)
+    uuid.UUID(run_uuid)
     return namespace, name, run_uuid
 
 
@@ -209,10 +244,7 @@ def output_datasets(pipeline: Pipeline, table: Table, result: TableResult) -> li
 
     location = table_path_of(table)
     columns = delta_columns(location) if table.sink.is_delta else []
-    committed = 0
-    if table.sink.is_delta and result.version_after > result.version_before >= -1:
-        complete = table.output_mode == "complete"
-        committed = rows_added(location, result.version_before, result.version_after, newest_only=complete)
+    committed = result.rows_written  # what the driver counted from the sink's log (the newest overwrite if complete)
     lineage = column_lineage(pipeline, table, [c.name for c in columns], delta_columns)
     fields = {
         name: column_lineage_dataset.Fields(
@@ -292,8 +324,9 @@ def _dataset(location: paths.LakePath, table_id: str | None, output: bool, colum
 
     namespace, name = dataset_name(location)
     facets: dict[str, Any] = {}
-    if table_id is not None:
-        identifier = symlinks_dataset.Identifier(namespace=namespace, name=table_id, type="TABLE")
+    if table_id is not None:  # the name within its lake: two lakes' `gold.device_counts` are two tables
+        lake = storage.lineage_uri(paths.lake_root())
+        identifier = symlinks_dataset.Identifier(namespace=lake, name=table_id, type="TABLE")
         facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(identifiers=[identifier])
     if columns:
         facets["schema"] = schema_dataset.SchemaDatasetFacet(

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from millpond.lake import paths, storage
 from millpond.spec import FileSource, KafkaSource, Pipeline, Table, ddl_columns, resolve_setting
 
-# Imported inside functions: openlineage-sql's parser only when a run records its lineage: the DAG processor imports
+# Imported inside functions: openlineage-sql's parser and sqlglot only when a run records its lineage: the DAG processor imports
 # this module with the operators.
 
 # (dataset namespace, dataset name), input column, transformation type, subtype: one entry of OpenLineage's
@@ -30,7 +31,7 @@ TRANSFORMATION = ("DIRECT", "TRANSFORMATION")
 AGGREGATION = ("DIRECT", "AGGREGATION")
 OPAQUE = ("INDIRECT", "TRANSFORMATION")
 GROUPED = ("INDIRECT", "GROUP_BY")
-_STAR = re.compile(r"(^|[\s,])(\w+\.)?\*(\s*,|\s+from\b)", re.IGNORECASE)  # `*` or `t.*` in a select list
+_STAR = re.compile(r"(^|[\s,])(`?\w+`?\.)?\*(\s*,|\s*from\b)", re.IGNORECASE)  # `*`, `t.*`, `` `t`.* `` in a select
 
 
 @dataclass(frozen=True)
@@ -74,50 +75,98 @@ def column_lineage(
             names = [c.name for c in columns_of(paths.table_path(upstream))]
         return {name.lower(): [(dataset, name, *IDENTITY)] for name in names}
 
-    current = read(table.source)
-    if table.join:
-        current = {**read(table.join.with_table), **current}  # the `from` side's column wins a shared name
+    known = Known(read(table.source))
+    if table.join:  # the `from` side's column wins a shared name
+        known = Known({**read(table.join.with_table), **known.columns})
     if table.lookup:
-        current = {**read(table.lookup.dimension), **current}
-    opaque = False
+        known = Known({**read(table.lookup.dimension), **known.columns})
     if table.transform and table.transform.sql:
-        current = sql_columns(table.transform.sql, current)
-    elif table.transform:
-        opaque = True
+        known = sql_columns(table.transform.sql, known)
+    elif table.transform:  # a Python function: what it gives cannot be read
+        known = Known({}, known.everything(OPAQUE))
     if table.stateful:
         keys = {k.lower() for k in table.stateful.key}
-        everything = _all(current, OPAQUE)
-        current = {
-            name.lower(): (_carry(current.get(name.lower(), []), IDENTITY) if name.lower() in keys else everything)
-            for name in table.stateful.output_columns
-        }
-        opaque = False
+        everything = known.everything(OPAQUE)
+        known = Known(
+            {
+                name.lower(): _carry(known.of(name), IDENTITY) if name.lower() in keys else everything
+                for name in table.stateful.output_columns
+            }
+        )
     if table.aggregate:
-        current = aggregate_columns(table, current)
-        opaque = False
-    names = output_columns or list(current)
-    everything = _all(current, OPAQUE)
-    return {
-        name: current.get(name.lower()) or (everything if opaque else current.get(name.lower(), [])) for name in names
-    }
+        known = aggregate_columns(table, known)
+    return {name: known.of(name) for name in output_columns or list(known.columns)}
 
 
-def sql_columns(sql: str, current: Columns) -> Columns:
+@dataclass(frozen=True)
+class Known:
+    """What one step gives: the columns it names, each with its origins, and where any other column comes from
+    (`rest`: after a step that cannot be read, every column it received, INDIRECT)."""
+
+    columns: Columns
+    rest: list[Origin] = field(default_factory=list)
+
+    def of(self, name: str) -> list[Origin]:
+        return self.columns.get(name.lower()) or self.rest
+
+    def everything(self, kind: tuple[str, str]) -> list[Origin]:
+        return _all({**self.columns, "": self.rest}, kind)
+
+
+def sql_columns(sql: str, known: Known) -> Known:
     """The columns a SQL transform over the view `source` gives: each listed one from the source columns it reads,
-    and with `*` every source column as it was."""
+    and with `*` every source column as it was. SQL the parser cannot read, or a column it finds no input for (a
+    function it does not know), comes from every column, INDIRECT: lineage never claims less than it knows."""
     from openlineage_sql import parse
 
     parsed = parse([sql], dialect="spark")
-    given: Columns = dict(current) if _STAR.search(sql) else {}
-    for item in parsed.column_lineage if parsed else []:
+    if parsed is None or parsed.errors:
+        return Known({}, known.everything(OPAQUE))
+    given: Columns = dict(known.columns) if _STAR.search(sql) else {}
+    for item in parsed.column_lineage:
         name = item.descendant.name
-        reads = [c.name.lower() for c in item.lineage]
-        kind = IDENTITY if reads == [name.lower()] else TRANSFORMATION
-        given[name.lower()] = [o for read in reads for o in _carry(current.get(read, []), kind)]
-    return given
+        reads = [_input_column(c, known) for c in item.lineage]
+        kind = IDENTITY if [r.lower() for r in reads] == [name.lower()] else TRANSFORMATION
+        origins = [o for read in reads for o in _carry(known.of(read), kind)]
+        given[name.lower()] = origins or known.everything(OPAQUE)
+    for name in _select_names(sql):  # a column the parser left out of its lineage (a function it does not know)
+        given.setdefault(name.lower(), known.everything(OPAQUE))
+    return Known(given, known.rest)
 
 
-def aggregate_columns(table: Table, current: Columns) -> Columns:
+def _reads_a_column(expression: str) -> bool:
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        return sqlglot.parse_one(expression, read="spark").find(exp.Column) is not None
+    except sqlglot.errors.ParseError:
+        return True  # then sql_columns says what it can
+
+
+def _select_names(sql: str) -> list[str]:
+    """The names a query's select list gives (sqlglot, which validate already reads transforms with)."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        query = sqlglot.parse_one(sql, read="spark")
+    except sqlglot.errors.ParseError:
+        return []
+    selects = query.selects if isinstance(query, exp.Query) else []
+    return [s.alias_or_name for s in selects if s.alias_or_name != "*"]
+
+
+def _input_column(column: Any, known: Known) -> str:
+    """The source column an expression reads: `payload.device` is the struct column `payload` (the parser takes its
+    first part for a table), `source.x` and `x` the column `x`."""
+    origin = getattr(column.origin, "name", None)
+    if origin and origin.lower() != "source" and origin.lower() in known.columns:
+        return str(origin)
+    return str(column.name)
+
+
+def aggregate_columns(table: Table, known: Known) -> Known:
     """The window start, the group-by keys, then each measure from the columns its expression reads (a measure that
     reads none, `count(*)`, from the keys that group it)."""
     assert table.aggregate is not None
@@ -125,15 +174,19 @@ def aggregate_columns(table: Table, current: Columns) -> Columns:
     given: Columns = {}
     keys: list[Origin] = []
     if spec.window:
-        given[spec.window.alias.lower()] = _carry(current.get(spec.window.column.lower(), []), TRANSFORMATION)
-        keys += _carry(current.get(spec.window.column.lower(), []), GROUPED)
+        given[spec.window.alias.lower()] = _carry(known.of(spec.window.column), TRANSFORMATION)
+        keys += _carry(known.of(spec.window.column), GROUPED)
     for key in spec.group_by:
-        given[key.lower()] = _carry(current.get(key.lower(), []), IDENTITY)
-        keys += _carry(current.get(key.lower(), []), GROUPED)
+        given[key.lower()] = _carry(known.of(key), IDENTITY)
+        keys += _carry(known.of(key), GROUPED)
     for name, expression in spec.measures:
-        read = sql_columns(f"SELECT {expression} AS `{name}` FROM source", current).get(name.lower(), [])
-        given[name.lower()] = [(*o[:2], *AGGREGATION) for o in read] or keys or _all(current, OPAQUE)
-    return given
+        if not _reads_a_column(expression):  # count(*): which rows it counts is what groups them
+            given[name.lower()] = keys or known.everything(OPAQUE)
+            continue
+        read = sql_columns(f"SELECT {expression} AS `{name}` FROM source", known).columns.get(name.lower(), [])
+        aggregated = [(*o[:2], *AGGREGATION) if o[2] == "DIRECT" else o for o in read]
+        given[name.lower()] = aggregated or keys or known.everything(OPAQUE)
+    return Known(given)
 
 
 def _carry(origins: list[Origin], kind: tuple[str, str]) -> list[Origin]:

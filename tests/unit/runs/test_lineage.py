@@ -54,7 +54,14 @@ def write(table_id: str, columns: dict) -> None:
 
 def results() -> list[TableResult]:
     return [
-        TableResult(t, t.split(".")[0], T0 + timedelta(seconds=i), T0 + timedelta(seconds=i + 1), version_after=0)
+        TableResult(
+            t,
+            t.split(".")[0],
+            T0 + timedelta(seconds=i),
+            T0 + timedelta(seconds=i + 1),
+            version_after=0,
+            rows_written=2,
+        )
         for i, t in enumerate(["bronze.activity", "silver.activity", *GOLD])
     ]
 
@@ -110,8 +117,11 @@ def test_a_run_sends_start_and_complete_per_table_with_the_specs_edges_rows_and_
     for table_id, event in complete.items():
         (out,) = event["outputs"]
         assert out["namespace"] == "file"
-        assert out["facets"]["symlinks"]["identifiers"] == [{"namespace": "file", "name": table_id, "type": "TABLE"}]
-        assert out["outputFacets"]["outputStatistics"]["rowCount"] == 2  # what version 0 holds
+        # The table's name within its lake: another lake's `gold.device_counts` is another table.
+        assert out["facets"]["symlinks"]["identifiers"] == [
+            {"namespace": f"file://{lake}", "name": table_id, "type": "TABLE"}
+        ]
+        assert out["outputFacets"]["outputStatistics"]["rowCount"] == 2  # what the run committed
         assert [f["name"] for f in out["facets"]["schema"]["fields"]] == list(
             DeltaTable(str(paths.table_path(table_id))).schema().to_arrow().names
         )
@@ -187,20 +197,29 @@ def test_an_airflow_parent_is_used_as_given_and_a_failed_table_ends_in_fail(acti
         assert (parent["root"]["job"]["name"], parent["root"]["run"]["runId"]) == ("activity", dag_run)
 
 
-def test_a_dead_receiver_neither_fails_nor_stalls_the_run_and_the_lake_keeps_the_events(
+def test_a_dead_or_silent_receiver_neither_fails_nor_stalls_the_run_and_the_lake_keeps_the_events(
     activity_lake, monkeypatch, capsys
 ):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("MILLPOND_LINEAGE_TIMEOUT_SECONDS", "0.5")
+    with socket.socket() as refused:  # nobody listens: refused at once
+        refused.bind(("127.0.0.1", 0))
+        port = refused.getsockname()[1]
+    monkeypatch.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{port}")
     started = time.monotonic()
     lineage.record(load_pipeline("activity"), RunContext("run-3"), results())
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 5
     assert "lineage events not sent" in capsys.readouterr().err
+
+    with socket.socket() as silent:  # accepts, never answers: the run waits its timeout, no longer
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        monkeypatch.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        lineage.record(load_pipeline("activity"), RunContext("run-4"), results())
+        assert time.monotonic() - started < 3
+    assert "lineage events not sent within 0.5 s" in capsys.readouterr().err
     kept = DeltaTable(str(paths.system_path("lineage"))).to_pyarrow_table().to_pylist()
-    assert len(kept) == 10
+    assert sorted({r["run_id"] for r in kept}) == ["run-3", "run-4"] and len(kept) == 20
 
 
 def test_dataset_names_follow_openlineages_naming_on_disk_and_on_the_object_store(tmp_path):
@@ -212,3 +231,20 @@ def test_dataset_names_follow_openlineages_naming_on_disk_and_on_the_object_stor
         "prod/gold/device_counts",
     )
     assert storage.lineage_name(tmp_path / "gold" / ".." / "gold" / "t") == ("file", str(tmp_path / "gold" / "t"))
+
+
+def test_columns_a_step_cannot_read_come_from_every_input_and_struct_fields_from_their_column():
+    from millpond.runs.lineage_columns import Known, sql_columns
+
+    bronze = ("file", "/lake/bronze/t")
+    known = Known({c: [(bronze, c, "DIRECT", "IDENTITY")] for c in ("payload", "x", "device")})
+    everything = {(bronze, c, "INDIRECT", "TRANSFORMATION") for c in ("payload", "x", "device")}
+
+    read = sql_columns("SELECT payload.device AS d, x + 1 AS y, `s`.*FROM source", known)
+    assert read.columns["d"] == [(bronze, "payload", "DIRECT", "TRANSFORMATION")]  # the struct column, not a table
+    assert read.columns["y"] == [(bronze, "x", "DIRECT", "TRANSFORMATION")]
+    assert read.columns["device"] == known.columns["device"]  # `s`.* keeps every column as it was
+    # What the parser cannot read is never claimed as nothing: every input, INDIRECT.
+    assert set(sql_columns("SELEC garbage FROM", known).of("anything")) == everything
+    unknown = sql_columns("SELECT x RLIKE '^a' AS r FROM source", known).of("r")
+    assert unknown and set(unknown) <= everything | {(bronze, "x", "DIRECT", "TRANSFORMATION")}
