@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from millpond import settings
 from millpond.lake import paths, storage, system_tables
-from millpond.runs.lineage_columns import Column, column_lineage, dataset_name, kafka_dataset
+from millpond.runs.lineage_columns import Column, column_lineage, kafka_dataset
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import FileSource, KafkaSource, Pipeline, Table, resolve_setting
 from millpond.spec.suites import load_suite
@@ -216,10 +216,6 @@ def _split_parent(text: str) -> tuple[str, str, str]:
     return namespace, name, run_uuid
 
 
-def table_path_of(table: Table) -> paths.LakePath:
-    return paths.table_path(table.id)
-
-
 def input_datasets(pipeline: Pipeline, table: Table) -> list[InputDataset]:
     """Each upstream (a landing folder, a Kafka topic, a table) and a lookup's dimension."""
     found: list[InputDataset] = []
@@ -242,7 +238,7 @@ def output_datasets(pipeline: Pipeline, table: Table, result: TableResult) -> li
     if table.sink.is_kafka:
         return [_target(table)]
 
-    location = table_path_of(table)
+    location = paths.table_path(table.id)
     columns = delta_columns(location) if table.sink.is_delta else []
     committed = result.rows_written  # what the driver counted from the sink's log (the newest overwrite if complete)
     lineage = column_lineage(pipeline, table, [c.name for c in columns], delta_columns)
@@ -306,7 +302,7 @@ def _target(table: Table) -> Any:
         assert table.sink.topic is not None and table.sink.bootstrap_servers is not None
         server = resolve_setting(table.sink.bootstrap_servers).split(",")[0].strip()
         return OutputDataset(namespace=f"kafka://{server}", name=table.sink.topic, facets={}, outputFacets={})
-    return _dataset(table_path_of(table), table.id, output=True)
+    return _dataset(paths.table_path(table.id), table.id, output=True)
 
 
 def delta_columns(location: paths.LakePath | str) -> list[Column]:
@@ -322,7 +318,7 @@ def _dataset(location: paths.LakePath, table_id: str | None, output: bool, colum
     from openlineage.client.event_v2 import InputDataset, OutputDataset
     from openlineage.client.facet_v2 import schema_dataset, symlinks_dataset
 
-    namespace, name = dataset_name(location)
+    namespace, name = storage.lineage_name(location)
     facets: dict[str, Any] = {}
     if table_id is not None:  # the name within its lake: two lakes' `gold.device_counts` are two tables
         lake = storage.lineage_uri(paths.lake_root())

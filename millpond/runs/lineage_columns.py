@@ -40,11 +40,6 @@ class Column:
     type: str
 
 
-def dataset_name(location: paths.LakePath) -> tuple[str, str]:
-    """(namespace, name) by OpenLineage's dataset naming (millpond.lake.storage.lineage_name)."""
-    return storage.lineage_name(location)
-
-
 def kafka_dataset(source: KafkaSource, topic: str) -> tuple[str, str]:
     """A topic by OpenLineage's naming: namespace `kafka://<first bootstrap server>`, name the topic."""
     return f"kafka://{resolve_setting(source.bootstrap_servers).split(',')[0].strip()}", topic
@@ -69,9 +64,9 @@ def column_lineage(
                 dataset = kafka_dataset(source, source.topics[0])
             else:
                 assert location is not None
-                dataset = dataset_name(location)
+                dataset = storage.lineage_name(location)
         else:
-            dataset = dataset_name(paths.table_path(upstream))
+            dataset = storage.lineage_name(paths.table_path(upstream))
             names = [c.name for c in columns_of(paths.table_path(upstream))]
         return {name.lower(): [(dataset, name, *IDENTITY)] for name in names}
 
