@@ -19,6 +19,13 @@ else
   export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
   # A scheduler runs the DAGs here: their deadline alerts work (off for `airflow dags test`, apache/airflow#73428).
   export MILLPOND_DEADLINE_ALERTS="${MILLPOND_DEADLINE_ALERTS:-on}"
+  # OpenLineage, for Airflow's provider (DAG and task events) and the tasks' table events alike (docs/lineage.md):
+  # what the user configured the standard way, else one JSON line per event in a file of the Airflow home.
+  if [[ -z "${OPENLINEAGE_URL:-}${OPENLINEAGE_CONFIG:-}${OPENLINEAGE__TRANSPORT__TYPE:-}${OPENLINEAGE_DISABLED:-}" ]] &&
+    [[ ! -f openlineage.yml && ! -f "$HOME/.openlineage/openlineage.yml" ]]; then
+    export OPENLINEAGE__TRANSPORT__TYPE=file OPENLINEAGE__TRANSPORT__APPEND=true
+    export OPENLINEAGE__TRANSPORT__LOG_FILE_PATH="$AIRFLOW_HOME/openlineage.jsonl"
+  fi
   export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
   # The scheduler queues the first run before the API server answers; with the 5 s / 5-retry defaults the task dies
   # on a busy machine (ReadTimeout on the execution API) and waits out its retry delay (300 s).

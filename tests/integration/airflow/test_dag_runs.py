@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,14 @@ from tests.support.airflow_run import (
     wait_for,
 )
 from tests.support.lake_tables import assert_matches_reference, device_counts, hourly
-from tests.support.lineage import assert_lineage_of_a_first_run, events_in, file_transport, table_events
+from tests.support.lineage import (
+    assert_children_of_airflow_tasks,
+    assert_lineage_of_a_first_run,
+    assert_parses,
+    events_in,
+    file_transport,
+    http_receiver,
+)
 from tests.support.reference import activity_reference
 
 pytestmark = pytest.mark.integration
@@ -111,22 +119,26 @@ def test_dag_run_processes_landed_files_end_to_end(site, spark, backend, monkeyp
         monkeypatch.setenv("MILLPOND_LAKE", str(lake))
     hour = 10 if on_engine else 5
     land(lake, 2, seed=1)
-    sent = root / f"lineage-{backend.name}.jsonl"  # Airflow's OpenLineage provider and millpond, one transport
-    rc, log = dags_test(
-        {**env, **file_transport(sent)}, f"2026-11-02T{hour:02d}:00:00+00:00", root / f"run1-{backend.name}.log"
-    )
+    # Airflow's OpenLineage provider and millpond send to one receiver: a file on the own-JVM backend, a loopback
+    # HTTP server (openlineage-python's HTTP transport, by the standard OPENLINEAGE_URL) on the engine.
+    with ExitStack() as stack:
+        if on_engine:
+            url, received = stack.enter_context(http_receiver())
+            transport = {"OPENLINEAGE_URL": url}
+        else:
+            sent = root / "lineage.jsonl"
+            transport = file_transport(sent)
+        rc, log = dags_test(
+            {**env, **transport}, f"2026-11-02T{hour:02d}:00:00+00:00", root / f"run1-{backend.name}.log"
+        )
     assert rc == 0, log[-3000:]
-    events = events_in(sent)
-    assert_lineage_of_a_first_run(events, load_pipeline("activity"), lake)
+    events = list(received) if on_engine else events_in(sent)
+    activity = load_pipeline("activity")
+    assert_lineage_of_a_first_run(events, activity, lake)
+    assert_parses([e for e in events if e["job"]["name"].removeprefix("activity.") in activity.tables])
     # Each table's events are children of the Airflow task that ran it, and of the DAG run at the root: the ids the
-    # provider gave the task's and the DAG run's own events.
-    task_runs = {e["job"]["name"]: e["run"]["runId"] for e in events if e["job"]["name"].startswith("activity.")}
-    dag_run = next(e["run"]["runId"] for e in events if e["job"]["name"] == "activity")
-    for table_id, event in table_events(events, load_pipeline("activity")).items():
-        parent = event["run"]["facets"]["parent"]
-        task = "activity.gold" if table_id.startswith("gold.") else "activity.ingest"
-        assert (parent["job"]["name"], parent["run"]["runId"]) == (task, task_runs[task]), table_id
-        assert parent["root"]["run"]["runId"] == dag_run, table_id
+    # provider gave the task's and the DAG run's own events (this file holds one DAG run).
+    assert_children_of_airflow_tasks(events, activity)
     assert_matches_reference(spark, activity_reference(lake / "landing" / "activity"))
     run_id = run_id_of(log)
     summary = run_summary.load("activity", run_id)

@@ -9,9 +9,10 @@
    Kafka example, whose broker address is not set, is left paused and says why; a trigger without a logical date
    (the API's default) and one with a logical date both succeed, and the run summary records "none" and the
    interval; a backfill of two intervals succeeds run by run. The freshness sentinel's first scheduled run alerts
-   activity's gold tables stale (nothing written yet) through the notifier `MILLPOND_ALERT_FILE` names, once: a
-   check while activity's DAG is paused finds them stale and sends nothing more; after the run that writes them, a
-   check sends one "recovered" each.
+   activity's gold tables and the paused device_status DAG's silver.device_status stale (nothing written yet)
+   through the notifier `MILLPOND_ALERT_FILE` names, once: a check while activity's DAG is paused too sends nothing
+   more; once they are written (device_status's by hand, its DAG still paused), a check sends one "recovered" each.
+   The run's OpenLineage events (make up's default file transport) are children of the provider's task runs.
 3. `make down` while a task runs stops that whole group and nothing is left: no process of this AIRFLOW_HOME or
    this lake, nothing on the ports; a second `make down` is harmless.
 4. `make up` again on a moved lake (same Airflow home and database): a triggered run succeeds there; then backfills
@@ -46,9 +47,11 @@ import pytest
 from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
 from millpond.lake.delta_log import table_state
 from millpond.runs import reports, run_summary
+from millpond.spec import load_pipeline
 from tests.support import REPO
 from tests.support.airflow_run import group_alive, spark_processes, wait_for
 from tests.support.lake_tables import assert_matches_reference
+from tests.support.lineage import assert_children_of_airflow_tasks, events_in, table_events
 from tests.support.reference import activity_reference
 
 pytestmark = pytest.mark.integration
@@ -57,6 +60,21 @@ MAKE = ["make", "--no-print-directory", "-o", "setup"]
 DONE = {"success", "failed"}
 FILES_PER_HOUR = 3600 // SECONDS_PER_FILE
 DAY = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def device_status_row():
+    """One row of silver.device_status as its spec's output_schema types it, in Arrow."""
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            "device_id": ["d1"],
+            "status": ["ok"],
+            "battery": [80.0],
+            "last_event_time": pa.array([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
+            "events": pa.array([1], pa.int64()),
+        }
+    )
 
 
 def free_ports(n: int) -> list[int]:
@@ -234,7 +252,7 @@ def test_every_run_start_on_a_fresh_lake_succeeds(stack):
     from airflow_client.client.models.backfill_post_body import BackfillPostBody
     from airflow_client.client.models.dag_patch_body import DAGPatchBody
     from airflow_client.client.models.trigger_dag_run_post_body import TriggerDAGRunPostBody
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, write_deltalake
 
     home, lake, port = stack["home"], stack["lake"], stack["port"]
     started = time.monotonic()
@@ -268,14 +286,16 @@ def test_every_run_start_on_a_fresh_lake_succeeds(stack):
     assert not (lake / "_checkpoints").exists(), "a run on a fresh lake started a query"
     print(f"first runs green: {time.monotonic() - started:.0f} s")
 
-    # The sentinel's first run found activity's gold tables with no data: one alert each. With activity's DAG
-    # paused, a check finds them still stale and sends nothing more.
+    # The sentinel's first run found no data in activity's gold tables, nor in device_status's silver.device_status,
+    # whose DAG is paused (since its creation, asserted above): one alert each. With activity's DAG paused too, a
+    # check finds all three still stale and sends nothing more.
     gold = {"gold.device_counts", "gold.activity_hourly"}
-    assert sent(stack["alerts"]) == {(t, "stale") for t in gold}
+    paused_table = "silver.device_status"
+    assert sent(stack["alerts"]) == {(t, "stale") for t in gold | {paused_table}}
     dags_api.patch_dag("activity", DAGPatchBody(is_paused=True))
     statuses = check_freshness(api)
-    assert {(s["table"], s["status"]) for s in statuses} == {(t, "stale") for t in gold}
-    assert len(alert_lines(stack["alerts"])) == 2
+    assert {(s["table"], s["status"]) for s in statuses} == {(t, "stale") for t in gold | {paused_table}}
+    assert len(alert_lines(stack["alerts"])) == 3
     dags_api.patch_dag("activity", DAGPatchBody(is_paused=False))
 
     # The REST API's default: no logical date. One file landed first, so the run has something to ingest.
@@ -288,17 +308,27 @@ def test_every_run_start_on_a_fresh_lake_succeeds(stack):
     assert summary["data_interval"] == "none", summary
     # Ingested exactly once, by this run or, past an hour boundary, by a scheduled run that started first.
     assert table_state(lake / "bronze" / "activity").rows == 200, summary["tables"][0]
+    # `make up` configures OpenLineage for Airflow and the tasks alike: the tables' events are children of the tasks
+    # and DAG runs the provider sent events for, all in one file of the Airflow home.
+    activity = load_pipeline("activity")
+    lineage = events_in(home / "openlineage.jsonl")
+    assert set(table_events(lineage, activity)) == set(activity.tables)
+    assert_children_of_airflow_tasks(lineage, activity)
 
-    # The gold tables were written: the next check sends one "recovered" each, and the status table holds both
-    # episodes' edges.
-    assert {(s["table"], s["status"]) for s in check_freshness(api)} == {(t, "fresh") for t in gold}
+    # The gold tables were written by that run; silver.device_status, its DAG still paused, by hand (a repair: the
+    # sentinel reads the table, whoever writes it). The next check sends one "recovered" each, and the status table
+    # holds both episodes' edges.
+    write_deltalake(str(lake / "silver" / "device_status"), device_status_row(), mode="append")
+    assert dags_api.get_dag("device_status").is_paused is True
+    recovered = gold | {paused_table}
+    assert {(s["table"], s["status"]) for s in check_freshness(api)} == {(t, "fresh") for t in recovered}
     lines = alert_lines(stack["alerts"])
-    assert sorted((line["table"], line["alert"]) for line in lines[2:]) == sorted((t, "recovered") for t in gold)
+    assert sorted((line["table"], line["alert"]) for line in lines[3:]) == sorted((t, "recovered") for t in recovered)
     changes = DeltaTable(str(lake / "_system" / "freshness")).to_pyarrow_table().to_pylist()
-    assert {(r["table"], r["previous"], r["status"]) for r in changes} == {(t, None, "stale") for t in gold} | {
-        (t, "stale", "fresh") for t in gold
+    assert {(r["table"], r["previous"], r["status"]) for r in changes} == {(t, None, "stale") for t in recovered} | {
+        (t, "stale", "fresh") for t in recovered
     }
-    assert len(changes) == 4
+    assert len(changes) == 6
 
     # With a logical date: the run has the interval the timetable gives it.
     logical = datetime(2026, 11, 2, 5, tzinfo=UTC)
@@ -574,12 +604,19 @@ def reprocessed(lake, dag_id: str, run_id: str, since: set[Path] | None = None) 
     """Per table of the run: the interval its reprocess rebuilt and the rows it replaced ((None, None, None) if it
     rebuilt none). With `since` (the summaries before the run), a table the run left owed counts as rebuilt by a run
     that started meanwhile and finished it: an hourly scheduled run of the main DAG whose gold task comes between the
-    backfill's ingest and gold tasks finishes the owed rebuild first (runner.unfinished_reprocess), as it must."""
+    backfill's ingest and gold tasks finishes the owed rebuild first (runner.unfinished_reprocess), as it must. That
+    run's summary is written when it ends, which can be after this run's: it is waited for (up to 3 minutes)."""
     summary = run_summary.load(*run_summary.dag_run_key(dag_id, run_id), root=lake)
     assert summary and len(summary["tables"]) == 4, summary
     found = {t["table"]: (t["reprocess_start"], t["reprocess_end"], t["rows_replaced"]) for t in summary["tables"]}
-    for path in sorted(summaries(lake) - since) if since is not None else []:
-        for t in json.loads(path.read_text())["tables"]:
-            if found.get(t["table"], (None,))[0] is None and t.get("reprocess_start"):
-                found[t["table"]] = (t["reprocess_start"], t["reprocess_end"], t["rows_replaced"])
-    return found
+    if since is None:
+        return found
+
+    def with_runs_since() -> dict[str, tuple] | None:
+        for path in sorted(summaries(lake) - since):
+            for t in json.loads(path.read_text())["tables"]:
+                if found.get(t["table"], (None,))[0] is None and t.get("reprocess_start"):
+                    found[t["table"]] = (t["reprocess_start"], t["reprocess_end"], t["rows_replaced"])
+        return found if all(v[0] is not None for v in found.values()) else None
+
+    return wait_for(with_runs_since, timeout=180, interval=3) or found

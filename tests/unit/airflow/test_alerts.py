@@ -128,8 +128,9 @@ def test_the_sentinel_task_renders_the_notifiers_templates_for_each_alert(lake, 
     assert {(s["pipeline"], s["table"], s["status"]) for s in statuses} == {
         ("activity", "gold.device_counts", "stale"),
         ("activity", "gold.activity_hourly", "stale"),
+        ("device_status", "silver.device_status", "stale"),  # its Kafka address unset here: checked all the same
     }
-    for table in ("gold.device_counts", "gold.activity_hourly"):
+    for table in ("gold.device_counts", "gold.activity_hourly", "silver.device_status"):
         (line,) = alert_lines(tmp_path / table)
         assert (line["kind"], line["table"], line["alert"], line["note"]) == (
             "freshness",
@@ -138,7 +139,8 @@ def test_the_sentinel_task_renders_the_notifiers_templates_for_each_alert(lake, 
             "no data yet",
         )
     task.execute({"run_id": "manual__2"})  # still stale: nothing sent
-    assert [len(alert_lines(tmp_path / t)) for t in ("gold.device_counts", "gold.activity_hourly")] == [1, 1]
+    tables = ("gold.device_counts", "gold.activity_hourly", "silver.device_status")
+    assert [len(alert_lines(tmp_path / t)) for t in tables] == [1, 1, 1]
 
 
 def test_a_spec_that_does_not_load_fails_the_check_after_the_others_were_checked(lake, tmp_path, monkeypatch):

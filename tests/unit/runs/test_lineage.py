@@ -20,6 +20,7 @@ from millpond.runs import lineage
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import load_pipeline
 from tests.support import REPO
+from tests.support.lineage import assert_parses
 
 pytestmark = pytest.mark.unit
 
@@ -92,6 +93,7 @@ def test_a_run_sends_start_and_complete_per_table_with_the_specs_edges_rows_and_
     lineage.record(load_pipeline("activity"), RunContext("run-1"), ran)
 
     events = events_in(sent)
+    assert_parses(events)
     # The millpond run first and last (the tables' parent), each table's START then COMPLETE between.
     assert [(e["job"]["name"], e["eventType"]) for e in events] == [
         ("activity", "START"),
@@ -185,6 +187,7 @@ def test_an_airflow_parent_is_used_as_given_and_a_failed_table_ends_in_fail(acti
     lineage.record(load_pipeline("activity"), RunContext("run-2"), ran)
 
     events = events_in(sent)
+    assert_parses(events)
     assert [e["job"]["name"] for e in events] == ["activity.bronze.activity"] * 2 + ["activity.silver.activity"] * 2
     assert events[-1]["eventType"] == "FAIL" and events[-1]["run"]["facets"]["errorMessage"]["message"] == "boom"
     for event in events:
