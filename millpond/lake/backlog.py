@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -126,7 +125,7 @@ def _files_waiting(pipeline: Pipeline, table: Table, source: FileSource, state: 
     done = {paths.from_uri(uri) for uri, batch in logged.items() if batch <= done_through}
     replayed = {paths.from_uri(uri) for uri, batch in logged.items() if batch > done_through}
     waiting = []
-    base = _absolute(root)
+    base = storage.folder_location(root)
     for name, size, mtime_ns in storage.listing(root):
         location = f"{base}/{name}"
         if location not in done:
@@ -147,11 +146,6 @@ def _files_waiting(pipeline: Pipeline, table: Table, source: FileSource, state: 
         replayed_batch=bool(replayed),
         oldest_age_seconds=round(now - min(m for _, m, _ in waiting) / 1e9, 3) if waiting else None,
     )
-
-
-def _absolute(path: LakePath) -> str:
-    """A landed file's location as paths.from_uri gives Spark's logged URI back: absolute, not resolved."""
-    return str(path) if not isinstance(path, os.PathLike) else os.path.abspath(path)
 
 
 def _delta_waiting(pipeline: Pipeline, table: Table, upstream: str, state: _Checkpoint) -> Waiting:

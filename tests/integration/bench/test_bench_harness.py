@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import REPO
 
-pytestmark = [pytest.mark.integration, pytest.mark.outside_ci]  # docs/testing.md: still outside CI
+pytestmark = pytest.mark.integration
 
 
 def test_tiny_scale_measures_both_sides_and_writes_results(tmp_path):

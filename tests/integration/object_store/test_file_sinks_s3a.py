@@ -26,7 +26,7 @@ from millpond.runs import run_summary
 from tests.support.file_sink_pipeline import SINKS, SPEC, T0, land, reference
 from tests.support.stress import MILLPOND
 
-pytestmark = [pytest.mark.integration, pytest.mark.outside_ci]  # docs/testing.md: still outside CI
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

@@ -129,3 +129,15 @@ def test_a_link_loop_in_a_folder_lake_is_listed_once(tmp_path):
     (tmp_path / "b.json").write_text("{}\n{}\n")
     (landing / "linked.json").symlink_to(tmp_path / "b.json")  # a linked file is read through, as Spark reads it
     assert [(name, size) for name, size, _ in storage.listing(landing)] == [("a.json", 3), ("linked.json", 6)]
+
+
+def test_a_folder_location_and_a_relative_name_give_the_files_location(tmp_path, monkeypatch):
+    """millpond backlog joins each listed name to its folder's location once, where Spark's logged URIs are matched:
+    the same string storage.location makes per file, for a relative folder, one with `..`, and an s3a:// one."""
+    from millpond.lake.object_store import S3Path
+
+    monkeypatch.chdir(tmp_path)
+    folders = [Path("landing/activity"), tmp_path / "x" / ".." / "landing", S3Path("s3a://bucket/lake/landing")]
+    for folder in folders:
+        for relative in ("a.csv", "2026/11/b.csv"):
+            assert storage.location(folder, relative) == f"{storage.folder_location(folder)}/{relative}", folder
