@@ -20,9 +20,13 @@ else
   # A scheduler runs the DAGs here: their deadline alerts work (off for `airflow dags test`, apache/airflow#73428).
   export MILLPOND_DEADLINE_ALERTS="${MILLPOND_DEADLINE_ALERTS:-on}"
   # OpenLineage, for Airflow's provider (DAG and task events) and the tasks' table events alike (docs/lineage.md):
-  # what the user configured the standard way, else one JSON line per event in a file of the Airflow home.
-  if [[ -z "${OPENLINEAGE_URL:-}${OPENLINEAGE_CONFIG:-}${OPENLINEAGE__TRANSPORT__TYPE:-}${OPENLINEAGE_DISABLED:-}" ]] &&
-    [[ ! -f openlineage.yml && ! -f "$HOME/.openlineage/openlineage.yml" ]]; then
+  # what the user configured the standard way, else one JSON line per event in a file of the Airflow home. An
+  # openlineage.yml found by its place is named in OPENLINEAGE_CONFIG: the provider looks for it only there.
+  for found in openlineage.yml "${HOME:-/nonexistent}/.openlineage/openlineage.yml"; do
+    if [[ -z "${OPENLINEAGE_CONFIG:-}" && -f "$found" ]]; then export OPENLINEAGE_CONFIG="$(realpath "$found")"; fi
+  done
+  if [[ -z "${OPENLINEAGE_URL:-}${OPENLINEAGE_CONFIG:-}${OPENLINEAGE__TRANSPORT__TYPE:-}" ]] &&
+    [[ -z "${AIRFLOW__OPENLINEAGE__TRANSPORT:-}${AIRFLOW__OPENLINEAGE__CONFIG_PATH:-}" ]]; then
     export OPENLINEAGE__TRANSPORT__TYPE=file OPENLINEAGE__TRANSPORT__APPEND=true
     export OPENLINEAGE__TRANSPORT__LOG_FILE_PATH="$AIRFLOW_HOME/openlineage.jsonl"
   fi

@@ -22,7 +22,11 @@ LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'
 
 
 def airflow_env(home: Path, lake: Path, spark_conn: str = LOCAL_SPARK, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK_GATEWAY"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK_GATEWAY", "OPENLINEAGE"))
+    }
     env.update(
         {
             "PATH": f"{BIN}:{env.get('PATH', '')}",

@@ -71,6 +71,7 @@ def assert_lineage_of_a_first_run(events: list[dict], pipeline: Pipeline, lake: 
     """What issue 51 asks of a run on a fresh lake: each table's COMPLETE event draws its spec edges with
     OpenLineage's names, counts the rows the table then holds, and a gold table's carries lineage for every column."""
     complete = table_events(events, pipeline)
+    assert_parses([e for e in events if e["job"]["name"].removeprefix(f"{pipeline.name}.") in pipeline.tables])
     assert drawn_graph(complete) == spec_graph(pipeline, lake)
     for table_id, event in complete.items():
         out = event["outputs"][0]
@@ -94,8 +95,12 @@ def assert_children_of_airflow_tasks(events: list[dict], pipeline: Pipeline) -> 
     graph."""
 
     runs_of = defaultdict(set)
+    dag_run_of: dict[str, str] = {}  # a task run's id: the DAG run the provider gave as its parent
     for event in events:
         runs_of[event["job"]["name"]].add(event["run"]["runId"])
+        given = (event["run"].get("facets") or {}).get("parent")
+        if given and event["job"]["name"] not in {f"{pipeline.name}.{t}" for t in pipeline.tables}:
+            dag_run_of[event["run"]["runId"]] = given["run"]["runId"]
     tables = {f"{pipeline.name}.{t}": t for t in pipeline.tables}
     seen = 0
     for event in events:
@@ -109,6 +114,8 @@ def assert_children_of_airflow_tasks(events: list[dict], pipeline: Pipeline) -> 
         task = f"{dag_id}.{'gold' if table_id.startswith('gold.') else 'ingest'}"
         assert parent["job"]["name"] == task and parent["run"]["runId"] in runs_of[task], (table_id, parent)
         assert parent["root"]["run"]["runId"] in runs_of[dag_id], (table_id, parent["root"])
+        # The root is the very DAG run this task run belongs to, not any run of that DAG.
+        assert dag_run_of.get(parent["run"]["runId"]) == parent["root"]["run"]["runId"], (table_id, parent)
     assert seen, "no table events"
 
 
@@ -142,6 +149,9 @@ def _facet_classes() -> dict[tuple[str, str], type]:
     }
 
 
+PLAIN: dict[object, type | tuple[type, ...]] = {str: str, int: int, float: (int, float), bool: bool}
+
+
 def parse_event(event: dict):
     """`event` read into openlineage-python's own classes (`event_v2.RunEvent`, each facet the class its key names),
     every field through the class's constructor and validators. A field the class does not have fails."""
@@ -151,12 +161,12 @@ def parse_event(event: dict):
 
     facets = _facet_classes()
 
-    def build(kind, value, key: str | None = None):
+    def build(kind, value):
         if value is None:
             return None
         origin = typing.get_origin(kind)
         if origin in (typing.Union, types.UnionType):
-            return build(next(a for a in typing.get_args(kind) if a is not type(None)), value, key)
+            return build(next(a for a in typing.get_args(kind) if a is not type(None)), value)
         if origin is list:
             return [build(typing.get_args(kind)[0], v) for v in value]
         if origin is dict:
@@ -171,6 +181,8 @@ def parse_event(event: dict):
             unknown = set(value) - set(fields)
             assert not unknown, f"{kind.__name__} has no field {sorted(unknown)}: {value}"
             return kind(**{f.alias: build(f.type, value[n]) for n, f in fields.items() if f.init and n in value})
+        if kind in PLAIN:  # attrs checks no plain type: JSON's own, as the spec's schema types them
+            assert isinstance(value, PLAIN[kind]) and not (kind is not bool and isinstance(value, bool)), (kind, value)
         return value
 
     return build(RunEvent, event)

@@ -131,7 +131,7 @@ def stack(tmp_path_factory):
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK", "SPARK_", "MAKE", "MFLAGS"))
+        if not k.startswith(("AIRFLOW", "MILLPOND_", "PYSPARK", "SPARK_", "MAKE", "MFLAGS", "OPENLINEAGE"))
     }
     env.update(
         {

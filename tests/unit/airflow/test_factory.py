@@ -73,7 +73,7 @@ def test_dag_files_import_without_errors_quickly_and_without_heavy_modules():
     assert result["dags"] == sorted(
         [p.name for p in specs]
         + [f"{p.name}__reprocess" for p in specs if p.reprocess_schedule]
-        + ["millpond_freshness"]  # activity's gold tables have freshness goals
+        + ["millpond_freshness"]  # the examples have freshness goals (activity, device_status)
     )
     assert result["heavy"] == [], "DAG parsing imported heavy modules"
     assert result["seconds"] < 20, f"parsing took {result['seconds']:.1f}s (airflow import included)"
