@@ -93,15 +93,14 @@ def assert_children_of_airflow_tasks(events: list[dict], pipeline: Pipeline) -> 
     `gold` task for a gold table, `ingest` for the rest, of the pipeline's DAG or its reprocess DAG) and has a run of
     that DAG at its root: runs Airflow's OpenLineage provider sent events of its own for, so the two join in one
     graph."""
-
+    tables = {f"{pipeline.name}.{t}": t for t in pipeline.tables}
     runs_of = defaultdict(set)
     dag_run_of: dict[str, str] = {}  # a task run's id: the DAG run the provider gave as its parent
     for event in events:
         runs_of[event["job"]["name"]].add(event["run"]["runId"])
         given = (event["run"].get("facets") or {}).get("parent")
-        if given and event["job"]["name"] not in {f"{pipeline.name}.{t}" for t in pipeline.tables}:
+        if given and event["job"]["name"] not in tables:
             dag_run_of[event["run"]["runId"]] = given["run"]["runId"]
-    tables = {f"{pipeline.name}.{t}": t for t in pipeline.tables}
     seen = 0
     for event in events:
         table_id = tables.get(event["job"]["name"])

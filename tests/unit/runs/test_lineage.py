@@ -200,6 +200,17 @@ def test_an_airflow_parent_is_used_as_given_and_a_failed_table_ends_in_fail(acti
         assert (parent["root"]["job"]["name"], parent["root"]["run"]["runId"]) == ("activity", dag_run)
 
 
+def test_openlineage_disabled_sends_nothing_and_the_lake_still_keeps_the_events(activity_lake, tmp_path, monkeypatch):
+    sent = tmp_path / "events.jsonl"
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "file")
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__LOG_FILE_PATH", str(sent))
+    monkeypatch.setenv("OPENLINEAGE_DISABLED", "true")
+    lineage.record(load_pipeline("activity"), RunContext("run-3"), results())
+    assert not sent.exists()
+    kept = DeltaTable(str(paths.system_path("lineage"))).to_pyarrow_table().to_pylist()
+    assert {r["run_id"] for r in kept} == {"run-3"} and len(kept) == 10  # the run's and 4 tables' START and end
+
+
 def test_a_dead_or_silent_receiver_neither_fails_nor_stalls_the_run_and_the_lake_keeps_the_events(
     activity_lake, monkeypatch, capsys
 ):
