@@ -21,6 +21,11 @@ from millpond.spec import FileSource, Pipeline, SpecError, Table
 
 ENV = settings.DRIVER_JIT.name
 QUICK_OPTIONS = "-XX:TieredStopAtLevel=1"
+# C1 alone makes HotSpot size its code cache as for a client VM, 48 MB instead of the tiered JIT's 240 MB. A long
+# reprocessing run in quick mode, compiling huge methods too, filled it: compilation stopped and the next call that
+# needed an adapter failed the run ("Out of space in CodeCache for adapters", CI on 2026-11-28). Quick mode keeps the
+# default JIT's size; a reservation is address space, the cache commits memory only as code fills it.
+QUICK_CODE_CACHE_OPTIONS = "-XX:ReservedCodeCacheSize=240m"
 # Every millpond JVM, driver and executors, in either mode. HotSpot never compiles a method over 8,000 bytecode bytes
 # (DontCompileHugeMethods), and whole-stage codegen fuses a stage's operators into one method: bronze's parse stage
 # is about that size, so a small change to its plan moved it across the limit and made it run interpreted, 35-56 %
@@ -43,7 +48,8 @@ class DriverJit:
 
 def java_options(mode: str) -> str:
     """The driver JVM's options for a JIT mode ("quick", "full" or "off")."""
-    return {"quick": f"{QUICK_OPTIONS} {HUGE_METHODS_OPTIONS}", "off": ""}.get(mode, HUGE_METHODS_OPTIONS)
+    quick = f"{QUICK_OPTIONS} {QUICK_CODE_CACHE_OPTIONS} {HUGE_METHODS_OPTIONS}"
+    return {"quick": quick, "off": ""}.get(mode, HUGE_METHODS_OPTIONS)
 
 
 def executor_java_options() -> str:

@@ -53,3 +53,19 @@ def test_the_jit_choice_off_starts_every_jvm_with_hotspot_s_defaults(monkeypatch
     assert "spark.executor.extraJavaOptions" not in base_conf()
     monkeypatch.delenv(driver_jit.ENV)
     assert base_conf()["spark.executor.extraJavaOptions"] == driver_jit.HUGE_METHODS_OPTIONS
+
+
+def _code_cache_bytes(options: str) -> int:
+    """ReservedCodeCacheSize as HotSpot settles it for these JVM options (a JVM that only prints its flags)."""
+    flags = subprocess.run(
+        ["java", *options.split(), "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True
+    ).stdout
+    return next(int(line.split("=")[1].split()[0]) for line in flags.splitlines() if " ReservedCodeCacheSize " in line)
+
+
+def test_a_quick_driver_has_the_default_jit_s_code_cache():
+    """C1 alone would size the code cache at 48 MB, which a long quick-mode run once filled and then failed."""
+    from millpond.driver import driver_jit
+
+    assert _code_cache_bytes(driver_jit.QUICK_OPTIONS) < _code_cache_bytes("")  # what the option is there to mend
+    assert _code_cache_bytes(driver_jit.java_options("quick")) >= _code_cache_bytes("")
