@@ -63,11 +63,17 @@ def cmd_preview(argv: list[str]) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from millpond.dev.sample_data import activity_files, campaigns_file, clicks_files
+    from millpond.dev.sample_data import activity_files, campaigns_file, clicks_files, customer_change_files
 
-    if args.pipeline not in ("activity", "clicks", "device_status"):
+    if args.pipeline not in ("activity", "clicks", "device_status", "customers"):
         return generate_recordings(args)
     pipeline = load_pipeline(args.pipeline)
+    if args.pipeline == "customers":
+        folder = landing_folder(pipeline, "landing.customer_changes")
+        with local_landing([folder]) as (local,):
+            landed = customer_change_files(local, args.files, args.rows, args.duplicates, args.seed)
+        print(f"landed {len(landed)} files x {args.rows} changes in {folder}")
+        return 0
     if args.pipeline == "device_status":
         return send_device_events(pipeline, hours=args.files, rows=args.rows, malformed=args.malformed, seed=args.seed)
     if args.pipeline == "clicks":
@@ -119,7 +125,7 @@ def generate_recordings(args: argparse.Namespace) -> int:
     if len(sources) != 1:
         print(
             f"millpond generate: no sample generator for {args.pipeline!r} (available: activity, clicks, "
-            "device_status, and a pipeline with one json source of `millpond init`'s record shape)",
+            "device_status, customers, and a pipeline with one json source of `millpond init`'s record shape)",
             file=sys.stderr,
         )
         return 2

@@ -210,3 +210,79 @@ def campaigns_file(folder: Path, campaigns: dict[str, tuple[str, str]] | None = 
         *(f"{ad},{campaign},{advertiser}" for ad, (campaign, advertiser) in sorted(rows.items())),
     ]
     return land_file(folder, "campaigns.csv", lines)
+
+
+CUSTOMER_TIERS = ("free", "pro", "team")
+
+
+def customer_change_files(
+    folder: Path, files: int, rows: int, duplicates: float = 0.0, seed: int | None = None
+) -> list[Path]:
+    """Land `files` files of a customers table's change feed, `rows` changes each, as Debezium-style envelopes:
+    `before`/`after` rows, `op` (c, u, d), `ts_ms` and the source's log position `source.lsn`, the sequence.
+
+    A simulated database applies the changes in log order: new customers, updates of email, tier or name, deletes,
+    and re-inserts of deleted ids. Each file then delivers them in another order, and holds about one change in
+    ten back for the next file (late). `duplicates` of the changes are delivered twice. Log positions continue from
+    the files already landed; the database's state does not (a run may see an update of an id inserted earlier).
+    """
+    first = len(list(folder.glob("changes-*.json"))) if folder.exists() else 0
+    rng = random.Random(seed if seed is not None else first)
+    live: dict[int, dict] = {}
+    deleted: list[int] = []
+    held: list[str] = []
+    landed = []
+    for k in range(first, first + files):
+        moment = ACTIVITY_EPOCH + timedelta(hours=k)
+        lines = held
+        held = []
+        for i in range(rows):
+            lsn = (k + 1) * 1_000_000 + i
+            roll = rng.random()
+            if live and roll < 0.45:
+                key = rng.choice(sorted(live))
+                before = live[key]
+                after = dict(before)
+                field = rng.choice(("email", "tier", "name"))
+                after[field] = (
+                    f"c{key}.{lsn % 97}@example.com"
+                    if field == "email"
+                    else rng.choice(CUSTOMER_TIERS)
+                    if field == "tier"
+                    else f"Customer {key}{rng.choice('ABC')}"
+                )
+                op = "u"
+            elif live and roll < 0.6:
+                key = rng.choice(sorted(live))
+                before, after, op = live.pop(key), None, "d"
+                deleted.append(key)
+            else:
+                key = (
+                    deleted.pop(rng.randrange(len(deleted)))
+                    if deleted and roll > 0.9
+                    else len(live) + len(deleted) + k * rows + 1
+                )
+                before = None
+                after = {
+                    "id": key,
+                    "email": f"c{key}@example.com",
+                    "name": f"Customer {key}",
+                    "tier": rng.choice(CUSTOMER_TIERS),
+                }
+                op = "c"
+            if after is not None:
+                live[key] = after
+            envelope = {
+                "before": before,
+                "after": after,
+                "op": op,
+                "ts_ms": int((moment + timedelta(seconds=i)).timestamp() * 1000),
+                "source": {"lsn": lsn, "table": "customers"},
+            }
+            line = json.dumps(envelope)
+            (held if rng.random() < 0.1 and k < first + files - 1 else lines).append(line)
+            if rng.random() < duplicates:
+                lines.append(line)
+        rng.shuffle(lines)
+        landed.append(land_file(folder, f"changes-{k:06d}.json", lines))
+    return landed

@@ -7,7 +7,8 @@ On the engine the batch points are reached in the server's batch worker: the run
 The points sit between the commits whose order the exactly-once guarantees depend on (docs/reliability.md):
 
     before_write    offsets logged for the batch, nothing written to Delta yet
-    between_writes  the table's rows committed, its quarantine rows not yet
+    between_writes  the table's rows committed, its quarantine rows not yet (a CDC table: its change store
+                    committed, the table not yet)
     after_write     Delta committed, Spark's commit log not yet: the replay must be skipped
     after_query     every batch committed, millpond's own records of the table not yet
     after_table     the table finished, the run's event-log row not yet written

@@ -135,6 +135,7 @@ def reset_tables(pipeline: Pipeline, table_ids: list[str]) -> None:
             paths.checkpoint_path(pipeline.name, table_id),
             paths.table_path(table_id),
             paths.quarantine_path(table_id),
+            paths.changes_path(table_id),
         ):
             storage.remove_tree(path)
 

@@ -2,6 +2,7 @@
 
 table `silver.activity`     -> $MILLPOND_LAKE/silver/activity
 its quarantine              -> $MILLPOND_LAKE/silver/activity_quarantine
+a CDC table's change store  -> $MILLPOND_LAKE/silver/_cdc/customers
 its checkpoint              -> $MILLPOND_LAKE/_checkpoints/<pipeline>/silver.activity
 its streaming query name    -> <pipeline>.silver.activity
 event log                   -> $MILLPOND_LAKE/_system/event_log
@@ -74,6 +75,13 @@ def table_path(table_id: str, root: LakePath | None = None) -> LakePath:
 def quarantine_path(table_id: str, root: LakePath | None = None) -> LakePath:
     layer, name = table_id.split(".")
     return (root or lake_root()) / layer / f"{name}_quarantine"
+
+
+def changes_path(table_id: str, root: LakePath | None = None) -> LakePath:
+    """A CDC table's change store: every distinct event applied (SCD 2), or each key's newest one (SCD 1, deletes
+    kept as tombstones), so an event arriving late finds its place (docs/cdc.md)."""
+    layer, name = table_id.split(".")
+    return (root or lake_root()) / layer / "_cdc" / name
 
 
 def checkpoint_path(pipeline: str, table_id: str, root: LakePath | None = None) -> LakePath:

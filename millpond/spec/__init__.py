@@ -22,10 +22,15 @@ from millpond.spec.environment import environment_problems, resolve_setting, uns
 from millpond.spec.errors import SpecError
 from millpond.spec.loader import all_spec_paths, load_pipeline, spec_path_for, validate_all
 from millpond.spec.model import (
+    CDC_DELETED,
+    CDC_SEQUENCE,
+    END_AT,
     GLOB_CHARACTERS,
     GLOB_SHOWN,
     LAYERS,
+    START_AT,
     Aggregate,
+    Cdc,
     FileSource,
     Freshness,
     Join,
@@ -47,10 +52,15 @@ from millpond.spec.syntax import ddl_columns, duration_seconds, goal_seconds, si
 from millpond.spec.user_code import function_problems, make_project_importable
 
 __all__ = [
+    "CDC_DELETED",
+    "CDC_SEQUENCE",
+    "END_AT",
     "GLOB_CHARACTERS",
     "GLOB_SHOWN",
     "LAYERS",
+    "START_AT",
     "Aggregate",
+    "Cdc",
     "FileSource",
     "Freshness",
     "Join",

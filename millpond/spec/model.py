@@ -206,6 +206,32 @@ class Stateful:
         return ddl_columns(self.output_schema)
 
 
+SCD_TYPES = (1, 2)
+# What a CDC table adds: SCD 2's version bounds, and its change store's columns; no upstream column may take these.
+START_AT, END_AT = "__START_AT", "__END_AT"
+CDC_SEQUENCE, CDC_DELETED = "__SEQUENCE", "__DELETED"
+CDC_RESERVED = (START_AT, END_AT, CDC_SEQUENCE, CDC_DELETED)
+
+
+@dataclass(frozen=True)
+class Cdc:
+    """A change feed applied to the table, in Lakeflow's AUTO CDC words (docs/cdc.md).
+
+    Each upstream row is an event of one key: an upsert, or a delete where `apply_as_deletes` holds. The newest event
+    by `sequence_by` wins whatever the arrival order. SCD 1 keeps one row per key; SCD 2 one row per version, with
+    `__START_AT`/`__END_AT` (sequence values). Every distinct event is kept in the table's change store
+    (millpond.lake.paths.changes_path) so a late event finds its place.
+    """
+
+    keys: tuple[str, ...]
+    sequence_by: tuple[str, ...]  # ties on one column broken by the next
+    apply_as_deletes: str | None = None  # a SQL predicate over the upstream row
+    except_columns: tuple[str, ...] = ()  # upstream columns left out of the table (or name `columns`)
+    columns: tuple[str, ...] = ()
+    scd_type: int = 1
+    track_history_columns: tuple[str, ...] = ()  # SCD 2: only these open a version; () = every value column
+
+
 @dataclass(frozen=True)
 class Sink:
     """Where a table's rows go: a Delta table (default), or files written by Spark's own file sink.
@@ -256,6 +282,7 @@ class Table:
     stateful: Stateful | None = None
     lookup: Lookup | None = None  # not an upstream: a dimension is read whole each run, never streamed
     freshness: Freshness | None = None  # how old the table may grow before it is late (millpond freshness)
+    cdc: Cdc | None = None  # the upstream's rows are changes applied to this table (docs/cdc.md)
 
     @property
     def id(self) -> str:

@@ -212,7 +212,7 @@ def _event_time(pipeline: Pipeline, table: Table, known: dict[str, str]) -> str 
     if table.reads_landing:
         source = pipeline.sources.get(table.source)
         return source.event_time if isinstance(source, FileSource) else None
-    if table.output_mode == "complete" or table.aggregate or table.join or table.stateful:
+    if table.output_mode == "complete" or table.aggregate or table.join or table.stateful or table.cdc:
         return None  # its rows are not the upstream's rows: no event-time slice to carry
     return known.get(table.source)
 
@@ -222,6 +222,8 @@ def _refusal(pipeline: Pipeline, table: Table, event_time: str | None) -> str | 
         return "it reads Kafka, which keeps no files to read again"
     if not table.sink.is_delta:
         return f"its {table.sink.format} sink cannot replace a slice (only a Delta table can)"
+    if table.cdc:
+        return "a change feed's state (each key's newest event, an SCD 2 history) spans intervals"
     if table.join or table.stateful or table.lookup:
         return "its state (a join's buffer, a stateful function's groups or a dimension as read then) spans intervals"
     if table.output_mode == "complete":

@@ -3,6 +3,7 @@
     AppendSink             append (and update without an aggregate): each batch appended to the Delta table
     CompleteOverwriteSink  complete: each batch replaces the table (a small one committed by delta-rs)
     MergeSink              update with an aggregate or stateful function: each batch MERGEd on the keys
+    ChangeFeedSink         `cdc:`: each batch of change events applied as SCD type 1 or 2 (three MERGEs, see cdc.py)
     GatedSink              a table with an expectations suite: write-audit-publish, set-aside rows quarantined
     LandingSink            bronze, reading landing files or Kafka: good records to the table, bad ones quarantined
     KafkaSink              `sink: {format: kafka}`: each batch sent to a topic, at least once
@@ -22,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from millpond.driver.progress import ProgressListener
 from millpond.driver.sinks.base import BatchSink
+from millpond.driver.sinks.cdc import ChangeFeedSink
 from millpond.driver.sinks.delta import AppendSink, CompleteOverwriteSink
 from millpond.driver.sinks.gated import GatedSink
 from millpond.driver.sinks.kafka import KafkaSink
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AppendSink",
     "BatchSink",
+    "ChangeFeedSink",
     "CompleteOverwriteSink",
     "GatedSink",
     "KafkaSink",
@@ -65,6 +68,8 @@ def sink_for(
         return GatedSink(spark, table, app_id, run, result, gate)
     if table.reads_source:
         return LandingSink(spark, table, app_id, run, result, pipeline, listener)
+    if table.cdc:
+        return ChangeFeedSink(spark, table, app_id, run, result)
     if table.merges:
         return MergeSink(spark, table, app_id, run, result)
     if table.output_mode == "complete":

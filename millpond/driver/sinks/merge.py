@@ -35,24 +35,34 @@ class MergeSink(DeltaSink):
             self.merge(batch, batch_id)
 
     def merge(self, batch: DataFrame, batch_id: int) -> None:
-        """Upsert on the keys (null-safe: a null group is a group); Delta skips a batch id it already committed.
-
-        SQL `MERGE INTO`, not `DeltaTable.merge`: the same statement runs on Spark Connect (the engine), where the
-        DeltaTable API needs Delta's Connect plugin."""
-        session = batch.sparkSession  # the query's own session: the confs cannot leak into another table's writes
+        """Upsert on the keys (null-safe: a null group is a group); Delta skips a batch id it already committed."""
         condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in self.table.keys)
-        view = f"millpond_merge_{uuid.uuid4().hex}"
-        target = "delta.`" + self.path.replace("`", "``") + "`"
-        batch.createOrReplaceTempView(view)
-        session.conf.set(TXN_APP_ID, self.app_id)
-        session.conf.set(TXN_VERSION, str(batch_id))
-        try:
-            check_writer()
-            session.sql(
-                f"MERGE INTO {target} t USING {view} s ON {condition} "
-                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-            ).collect()
-        finally:
-            session.conf.unset(TXN_APP_ID)
-            session.conf.unset(TXN_VERSION)
-            session.catalog.dropTempView(view)
+        merge_into(
+            self.path,
+            batch,
+            f"{condition} WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
+            self.app_id,
+            batch_id,
+        )
+
+
+def merge_into(path: str, source: DataFrame, clauses: str, app_id: str, batch_id: int) -> None:
+    """`MERGE INTO <path> t USING <source> s ON <clauses>` under Delta's `txn` (app id, batch id): Delta skips a
+    batch the app already committed to the table.
+
+    SQL `MERGE INTO`, not `DeltaTable.merge`: the same statement runs on Spark Connect (the engine), where the
+    DeltaTable API needs Delta's Connect plugin. The confs are set on the source's own session (the query's), so they
+    cannot leak into another table's writes."""
+    session = source.sparkSession
+    view = f"millpond_merge_{uuid.uuid4().hex}"
+    target = "delta.`" + path.replace("`", "``") + "`"
+    source.createOrReplaceTempView(view)
+    session.conf.set(TXN_APP_ID, app_id)
+    session.conf.set(TXN_VERSION, str(batch_id))
+    try:
+        check_writer()
+        session.sql(f"MERGE INTO {target} t USING {view} s ON {clauses}").collect()
+    finally:
+        session.conf.unset(TXN_APP_ID)
+        session.conf.unset(TXN_VERSION)
+        session.catalog.dropTempView(view)

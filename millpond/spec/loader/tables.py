@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from millpond.spec.loader.cdc import cdc, cdc_rules
 from millpond.spec.loader.fields import SpecCheck, columns, fields, freshness, rate_limit, watermark
 from millpond.spec.loader.joins import join, join_rules, join_upstream_rules, lookup, lookup_upstream_rules
 from millpond.spec.loader.sinks import file_sink_rules, kafka_sink_rules, sink
@@ -32,6 +33,7 @@ TABLE_FIELDS = {
     "stateful": False,
     "lookup": False,
     "freshness": False,
+    "cdc": False,
 }
 
 
@@ -52,6 +54,8 @@ def table_from(check: SpecCheck, table_id: str, raw: Any) -> Table | None:
     if mode not in OUTPUT_MODES:
         modes = ", ".join(OUTPUT_MODES)
         check.problem(f"{where}.output_mode", f"unknown output mode {mode!r}", f"use one of {modes}")
+    changes = cdc(check, f"{where}.cdc", spec.get("cdc"))
+    keys = columns(check, f"{where}.keys", spec.get("keys"))
     table = Table(
         layer=layer,
         name=name,
@@ -69,15 +73,18 @@ def table_from(check: SpecCheck, table_id: str, raw: Any) -> Table | None:
         output_mode=mode,
         trigger=trigger(check, f"{where}.trigger", spec.get("trigger", "availableNow")),
         rate_limit=rate_limit(check, f"{where}.rate_limit", spec.get("rate_limit")),
-        keys=columns(check, f"{where}.keys", spec.get("keys")),
+        keys=keys or (changes.keys if changes else ()),
         expectations=str(spec["expectations"]) if spec.get("expectations") else None,
         sink=sink(check, f"{where}.sink", spec.get("sink")),
         join=join(check, f"{where}.join", spec.get("join")),
         stateful=stateful(check, f"{where}.stateful", spec.get("stateful")),
         lookup=lookup(check, f"{where}.lookup", spec.get("lookup")),
         freshness=freshness(check, f"{where}.freshness", spec.get("freshness")),
+        cdc=changes,
     )
     table_rules(check, where, table)
+    if changes and keys and keys != changes.keys:
+        check.problem(f"{where}.keys", f"{list(keys)} differ from cdc.keys {list(changes.keys)}", "drop keys")
     return table
 
 
@@ -94,6 +101,8 @@ def table_rules(check: SpecCheck, where: str, table: Table) -> None:
         join_rules(check, where, table)
     if table.stateful:
         stateful_rules(check, where, table)
+    if table.cdc:
+        cdc_rules(check, where, table)
     if table.sink.is_file:
         file_sink_rules(check, where, table)
     if table.sink.is_kafka:

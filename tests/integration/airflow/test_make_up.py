@@ -269,7 +269,7 @@ def test_every_run_start_on_a_fresh_lake_succeeds(stack):
     assert dags["device_status"].is_paused is True
     assert "MILLPOND_KAFKA_BOOTSTRAP" in (dags["device_status"].description or ""), dags["device_status"]
     unpaused = sorted(d for d, dag in dags.items() if not dag.is_paused)
-    assert unpaused == ["activity", "activity__reprocess", "clicks", "millpond_freshness"], unpaused
+    assert unpaused == ["activity", "activity__reprocess", "clicks", "customers", "millpond_freshness"], unpaused
 
     # Every unpaused DAG's first (scheduled) run is green on a lake where nothing has landed.
     for dag_id in unpaused:

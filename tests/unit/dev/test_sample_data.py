@@ -126,3 +126,22 @@ def test_generate_device_status_without_a_broker_stops_before_spark(tmp_path, mo
     err = capsys.readouterr().err
     assert f"sources.device_events.bootstrap_servers: no Kafka broker answers on {address}" in err
     assert "Fix: start the broker (on this machine: make kafka-up)" in err
+
+
+def test_a_customers_feed_is_debezium_shaped_out_of_order_late_and_continues_its_log(tmp_path):
+    from millpond.dev.sample_data import customer_change_files
+
+    first = customer_change_files(tmp_path, files=2, rows=200, duplicates=0.05, seed=3)
+    second = customer_change_files(tmp_path, files=1, rows=200, seed=4)
+    assert [p.name for p in first + second] == [f"changes-00000{k}.json" for k in range(3)]
+    files = [[json.loads(line) for line in p.read_text().splitlines()] for p in first + second]
+    for envelope in (e for f in files for e in f):
+        assert envelope["op"] in ("c", "u", "d")
+        assert (envelope["before"] is None) == (envelope["op"] == "c")
+        assert (envelope["after"] is None) == (envelope["op"] == "d")
+    lsns = [[e["source"]["lsn"] for e in f] for f in files]
+    assert lsns[0] != sorted(lsns[0])  # delivered out of log order
+    assert max(lsns[0]) > min(lsns[1])  # some changes of the first file's log arrive in the second (late)
+    assert len(lsns[0]) + len(lsns[1]) > len(set(lsns[0]) | set(lsns[1])) > 0  # some delivered twice
+    assert min(lsns[2]) > max(lsns[0] + lsns[1])  # the next call continues the log after the landed files
+    assert {e["op"] for f in files for e in f} == {"c", "u", "d"}

@@ -1,0 +1,98 @@
+"""A table's `cdc:` block (a change feed applied as SCD type 1 or 2) and what the rest of the table must agree to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from millpond.spec.loader.fields import SpecCheck, columns, fields
+from millpond.spec.model import CDC_RESERVED, SCD_TYPES, Cdc, Table
+
+# A `cdc:` block's fields (name -> required), Lakeflow's AUTO CDC names.
+CDC_FIELDS = {
+    "keys": True,
+    "sequence_by": True,
+    "apply_as_deletes": False,
+    "except_columns": False,
+    "columns": False,
+    "scd_type": False,
+    "track_history_columns": False,
+}
+
+
+def cdc(check: SpecCheck, where: str, raw: Any) -> Cdc | None:
+    if raw is None:
+        return None
+    spec = fields(check, where, raw, CDC_FIELDS)
+    if not spec:
+        return None
+    keys = columns(check, f"{where}.keys", spec.get("keys"))
+    sequence_by = columns(check, f"{where}.sequence_by", spec.get("sequence_by"))
+    for name, got in (("keys", keys), ("sequence_by", sequence_by)):
+        if name in spec and not got:
+            example = "keys: [id]" if name == "keys" else "sequence_by: seq"
+            check.problem(f"{where}.{name}", "no column is given", f"e.g. {example}")
+    deletes = spec.get("apply_as_deletes")
+    if deletes is not None and (not isinstance(deletes, str) or not deletes.strip()):
+        check.problem(f"{where}.apply_as_deletes", f"{deletes!r} is not a SQL predicate", "e.g. \"op = 'D'\"")
+    except_columns = columns(check, f"{where}.except_columns", spec.get("except_columns"))
+    kept = columns(check, f"{where}.columns", spec.get("columns"))
+    if except_columns and kept:
+        check.problem(where, "both columns and except_columns are given", "name the columns kept, or those left out")
+    scd_type = spec.get("scd_type", 1)
+    if scd_type not in SCD_TYPES:
+        check.problem(f"{where}.scd_type", f"{scd_type!r} is not 1 or 2", "1: one row per key, 2: one per version")
+        scd_type = 1
+    tracked = columns(check, f"{where}.track_history_columns", spec.get("track_history_columns"))
+    if tracked and scd_type != 2:
+        check.problem(
+            f"{where}.track_history_columns", "only an SCD 2 table keeps history", "add scd_type: 2, or drop it"
+        )
+    return Cdc(
+        keys, sequence_by, deletes if isinstance(deletes, str) else None, except_columns, kept, scd_type, tracked
+    )
+
+
+def cdc_rules(check: SpecCheck, where: str, table: Table) -> None:
+    """A change feed is applied by its own MERGE per batch: what else the table asks of its batches is refused."""
+    cdc = table.cdc
+    assert cdc is not None
+    refusals = [
+        ("aggregate", table.aggregate, "aggregate in a table reading this one"),
+        ("dedup", table.dedup_keys, "the newest event per key wins already; a duplicate changes nothing"),
+        ("join", table.join, "join in the table this one reads"),
+        ("stateful", table.stateful, "run the function in the table this one reads"),
+        ("order_by", table.order_by, "sort when you read the table"),
+        ("expectations", table.expectations, "gate the table this one reads, or one reading this one"),
+    ]
+    for name, present, fix in refusals:
+        if present:
+            check.problem(f"{where}.{name}", "a table applying a change feed cannot have this too", f"{fix}")
+    if table.output_mode != "append":
+        check.problem(
+            f"{where}.output_mode",
+            f"a change feed is read as the upstream's new rows: its query runs in append mode, not {table.output_mode}",
+            "drop output_mode",
+        )
+    if table.reads_source:
+        check.problem(
+            f"{where}.cdc",
+            "a table reading landing files or Kafka keeps every record as it lands (with quarantine)",
+            f"apply the changes in a table with 'from: {table.id}'",
+        )
+    if not table.sink.is_delta:
+        check.problem(f"{where}.sink", "changes are MERGEd, which only a Delta table takes", "drop the sink")
+    cdc_where = f"{where}.cdc"
+    for name in (*cdc.keys, *cdc.track_history_columns):
+        if name in cdc.except_columns:
+            check.problem(f"{cdc_where}.except_columns", f"{name!r} is a key or a tracked column", f"keep {name!r}")
+    if cdc.columns:
+        missing = [c for c in (*cdc.keys, *cdc.track_history_columns) if c not in cdc.columns]
+        if missing:
+            check.problem(f"{cdc_where}.columns", f"{missing} must be kept", f"add {', '.join(missing)} to columns")
+    tracked_keys = [c for c in cdc.track_history_columns if c in cdc.keys]
+    if tracked_keys:
+        check.problem(f"{cdc_where}.track_history_columns", f"{tracked_keys} are keys", "list value columns only")
+    named = {*cdc.keys, *cdc.sequence_by, *cdc.columns, *cdc.except_columns, *cdc.track_history_columns}
+    reserved = sorted(n for n in named if n.upper() in CDC_RESERVED)
+    if reserved:
+        check.problem(cdc_where, f"{reserved} are names the table's own columns take", "rename them in a transform")

@@ -1,0 +1,211 @@
+"""Change feeds into SCD 1 and SCD 2 tables (`cdc:`) on real Spark + Delta, against a plain-Python fold of every event
+landed so far (tests/support/cdc_reference.py).
+
+The property test draws event histories (inserts, updates, deletes, exact duplicates, a delete before any insert, a
+re-insert after a delete, ties on `seq` broken by `tie`), cuts each into batches landed in a random arrival order, one
+file per run, and SIGKILLs one run of each history at a point it draws: before a table's write, between its change
+store's commit and its own, or after both (the replay must add no Delta version). After every run both tables equal
+the fold. Cost: each history is 2-3 runs on the test worker's session plus one killed run in a process of its own
+(its death is the subject); three histories, derandomized, so CI runs the same ones every time (about 145 s).
+MILLPOND_CDC_EXAMPLES=<n> draws more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from millpond.dev.sample_data import customer_change_files
+from millpond.driver import runner
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
+from tests.support.cdc_reference import (
+    SCD1,
+    SCD2,
+    Feed,
+    applicable,
+    fold_scd1,
+    fold_scd2,
+    land,
+    landed,
+    scd1,
+    scd2,
+    write_spec,
+)
+
+pytestmark = pytest.mark.integration
+
+MILLPOND = str(Path(sys.executable).parent / "millpond")
+FAULTS = ("before_write", "between_writes", "after_write")
+
+EVENT = st.fixed_dictionaries(
+    {
+        "id": st.integers(1, 3),
+        "seq": st.integers(0, 4),
+        "tie": st.integers(0, 1),
+        "op": st.sampled_from(["I", "U", "D"]),
+        "email": st.sampled_from(["a@x", "b@x"]),
+        "name": st.sampled_from(["x", "y"]),
+    }
+)
+
+
+@st.composite
+def arrivals(draw) -> list[list[dict]]:
+    """A history's events, some twice, in a random order, cut into 2-3 batches."""
+    events = draw(st.lists(EVENT, min_size=2, max_size=12, unique_by=lambda e: (e["id"], e["seq"], e["tie"])))
+    twice = draw(st.lists(st.sampled_from(events), max_size=3))
+    arrived = draw(st.permutations(events + twice))
+    cuts = sorted(draw(st.sets(st.integers(1, len(arrived) - 1), min_size=1, max_size=2)))
+    bounds = [0, *cuts, len(arrived)]
+    return [arrived[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def tables(spark) -> dict[str, set[tuple]]:
+    def read(table_id: str):
+        return spark.read.format("delta").load(str(paths.table_path(table_id)))
+
+    def at(value) -> tuple | None:
+        return None if value is None else (value["seq"], value["tie"])
+
+    current = read(SCD1).select("id", "seq", "tie", "email", "name").collect()
+    history = read(SCD2).select("id", "email", "name", "__START_AT", "__END_AT").collect()
+    return {
+        SCD1: {tuple(r) for r in current},
+        SCD2: {(r["id"], r["email"], r["name"], at(r["__START_AT"]), at(r["__END_AT"])) for r in history},
+    }
+
+
+def assert_equals_the_fold(spark, lake: Path) -> None:
+    events = landed(lake)
+    assert tables(spark) == {SCD1: scd1(events), SCD2: scd2(events)}, events
+
+
+def versions(table_id: str) -> tuple[int, ...]:
+    return tuple(
+        latest_version(p)
+        for p in (paths.table_path(table_id), paths.changes_path(table_id), paths.quarantine_path(table_id))
+    )
+
+
+def run_killed(spec: Path, lake: Path, fault: str) -> None:
+    env = {**os.environ, "MILLPOND_LAKE": str(lake), "MILLPOND_FAULT": fault}
+    done = subprocess.run([MILLPOND, "run", str(spec)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, f"expected a SIGKILL at {fault}:\n{done.stdout[-3000:]}"
+
+
+@settings(
+    max_examples=int(os.environ.get("MILLPOND_CDC_EXAMPLES", "3")),  # more for a thorough run outside CI
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],  # no shrinking: each example is real runs, minutes to shrink
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(batches=arrivals(), data=st.data())
+def test_any_arrival_order_with_a_killed_run_equals_the_fold_of_all_events(spark, batches, data):
+    killed = data.draw(st.integers(0, len(batches) - 1), label="killed run")
+    table = data.draw(st.sampled_from([SCD1, SCD2]), label="killed table")
+    fault = data.draw(st.sampled_from(FAULTS), label="fault")
+    with tempfile.TemporaryDirectory() as folder:
+        lake = Path(folder) / "lake"
+        spec = write_spec(Path(folder))
+        with mock.patch.dict(os.environ, {"MILLPOND_LAKE": str(lake)}):
+            for number, batch in enumerate(batches):
+                land(lake, f"batch-{number}", batch)
+                if number == killed:
+                    run_killed(spec, lake, f"{table}:{fault}")
+                    before = versions(table)
+                    assert runner.main([str(spec)]) == 0
+                    if fault == "after_write":  # both commits made: the replayed batch is skipped, all of it
+                        assert versions(table) == before
+                else:
+                    assert runner.main([str(spec)]) == 0
+                assert_equals_the_fold(spark, lake)
+
+
+def quarantined(spark, table_id: str) -> list[tuple]:
+    rows = spark.read.format("delta").load(str(paths.quarantine_path(table_id))).collect()
+    return sorted(((json.loads(r["record"]).get("id"), r["reason"].split(" (")[0]) for r in rows), key=str)
+
+
+def test_events_that_cannot_be_applied_are_quarantined_with_why_and_a_full_refresh_equals_the_fold(spark, lake):
+    """A null key or sequence, and two different events of one key at one sequence (in one batch, or the second
+    arriving after the first was applied), go to each table's quarantine; the rest is applied. A full refresh reads
+    every event in one batch, so there both events of the later clash are set aside too: the fold's rule."""
+    spec = write_spec(lake.parent)
+
+    def event(key, seq, email, op="U", name="x"):
+        return {"id": key, "seq": seq, "tie": 0, "op": op, "email": email, "name": name}
+
+    land(
+        lake,
+        "first",
+        [
+            event(1, 1, "a@x", op="I"),
+            event(1, 2, "a@x", name="y"),  # SCD 2: an untracked change, in place
+            event(2, None, "a@x"),
+            event(None, 1, "a@x"),
+            event(3, 1, "a@x"),
+            event(3, 1, "b@x"),  # clashes with the one above
+        ],
+    )
+    assert runner.main([str(spec)]) == 0
+    land(lake, "second", [event(1, 2, "b@x", name="y")])  # clashes with an event applied in the first run
+    assert runner.main([str(spec)]) == 0
+
+    clash = "another event of this key has the same sequence and other values"
+    expected = [
+        (None, "a key column, id, is null"),
+        (1, clash),
+        (2, "a sequence_by column, seq, is null"),
+        (3, clash),
+        (3, clash),
+    ]
+    assert quarantined(spark, SCD1) == quarantined(spark, SCD2) == sorted(expected, key=str)
+    assert tables(spark) == {
+        SCD1: {(1, 2, 0, "a@x", "y")},  # the first of the clashing pair was applied when it arrived
+        SCD2: {(1, "a@x", "y", (1, 0), None)},
+    }
+
+    assert runner.main([str(spec), "--full-refresh", f"{SCD1},{SCD2}"]) == 0
+    assert_equals_the_fold(spark, lake)
+    assert tables(spark)[SCD1] == {(1, 1, 0, "a@x", "x")}  # both events of id 1 at seq 2 set aside
+
+
+def test_the_example_debezium_feed_run_twice_equals_the_fold_of_its_envelopes(spark, lake):
+    """The shipped `customers` pipeline on what `millpond generate customers` lands: envelopes out of order, some a
+    file late, some twice; after each run its SCD 1 and SCD 2 tables equal the fold of every envelope landed."""
+    folder = lake / "landing" / "customer_changes"
+    feed = Feed(
+        key=lambda e: (e["after"] or e["before"])["id"],
+        sequence=lambda e: e["source"]["lsn"],
+        deletes=lambda e: e["op"] == "d",
+        kept=lambda e: {c: (e["after"] or {}).get(c) for c in ("email", "name", "tier")},
+    )
+    for seed in (1, 2):
+        customer_change_files(folder, files=2, rows=120, duplicates=0.05, seed=seed)
+        assert runner.main(["customers"]) == 0
+        envelopes = landed(lake)
+        current = spark.read.format("delta").load(str(paths.table_path("silver.customers")))
+        history = spark.read.format("delta").load(str(paths.table_path("silver.customers_history")))
+        assert {
+            (r[0], r[1], r[2], r[3], r[4]) for r in current.select("id", "email", "name", "tier", "lsn").collect()
+        } == {
+            (key, kept["email"], kept["name"], kept["tier"], applicable(envelopes, feed)[key][-1][0])
+            for key, kept in fold_scd1(envelopes, feed).items()
+        }
+        columns = ("id", "email", "name", "tier", "__START_AT", "__END_AT")
+        assert {tuple(r) for r in history.select(*columns).collect()} == {
+            (key, kept["email"], kept["name"], kept["tier"], start, end)
+            for key, kept, start, end in fold_scd2(envelopes, feed, ("email", "tier"))
+        }

@@ -1,0 +1,103 @@
+"""A table's `cdc:` block: loaded with Lakeflow's defaults, and every combination a change feed cannot honour refused
+before Spark starts, naming the field and the fix."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from millpond.spec import Cdc, SpecError, load_pipeline
+from millpond.spec.reprocess import parse_interval, plan_reprocess
+from tests.support.cdc_reference import SCD1, SCD2, SPEC
+
+pytestmark = pytest.mark.unit
+
+
+def load(tmp_path: Path, mutate=None):
+    spec = copy.deepcopy(SPEC)
+    if mutate:
+        mutate(spec)
+    path = tmp_path / "customers.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return load_pipeline(path, lake_root=tmp_path / "lake")
+
+
+def problems(tmp_path: Path, mutate) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        load(tmp_path, mutate)
+    lines = str(caught.value).splitlines()
+    assert all("Fix:" in line for line in lines if line.strip()), lines
+    return lines
+
+
+def test_the_cdc_blocks_load_with_their_defaults_and_the_table_s_keys_are_the_feed_s(tmp_path):
+    pipeline = load(tmp_path)
+    assert pipeline.tables[SCD1].cdc == Cdc(
+        keys=("id",),
+        sequence_by=("seq", "tie"),
+        apply_as_deletes="op = 'D'",
+        except_columns=("op", "_source_file", "_ingested_at", "_rescued_data"),
+    )
+    assert pipeline.tables[SCD1].keys == ("id",)
+    history = pipeline.tables[SCD2].cdc
+    assert (history.scd_type, history.columns, history.track_history_columns) == (
+        2,
+        ("id", "email", "name"),
+        ("email",),
+    )
+
+
+def cdc_of(table_id: str, **changes):
+    def mutate(spec):
+        spec["tables"][table_id]["cdc"].update(changes)
+
+    return mutate
+
+
+def table_of(table_id: str, **changes):
+    def mutate(spec):
+        spec["tables"][table_id].update(changes)
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "message"),
+    [
+        (cdc_of(SCD1, scd_type=3), "cdc.scd_type", "is not 1 or 2"),
+        (cdc_of(SCD1, track_history_columns=["email"]), "cdc.track_history_columns", "only an SCD 2 table"),
+        (cdc_of(SCD2, except_columns=["op"]), "cdc", "both columns and except_columns"),
+        (cdc_of(SCD2, columns=["id", "name"]), "cdc.columns", "['email'] must be kept"),
+        (cdc_of(SCD1, except_columns=["id"]), "cdc.except_columns", "'id' is a key"),
+        (cdc_of(SCD2, track_history_columns=["id"]), "cdc.track_history_columns", "are keys"),
+        (cdc_of(SCD1, keys=[]), "cdc.keys", "no column is given"),
+        (cdc_of(SCD1, sequence_by=["__START_AT"]), "cdc", "names the table's own columns take"),
+        (cdc_of(SCD1, apply_as_deletes=""), "cdc.apply_as_deletes", "is not a SQL predicate"),
+        (cdc_of(SCD1, scd_types=2), "cdc.scd_types", "did you mean 'scd_type'?"),
+        (table_of(SCD1, output_mode="complete"), "output_mode", "runs in append mode, not complete"),
+        (table_of(SCD1, keys=["name"]), "keys", "differ from cdc.keys"),
+        (table_of(SCD1, expectations="customers.silver.customers"), "expectations", "cannot have this too"),
+        (
+            table_of(SCD1, watermark={"column": "seq", "delay": "1 hour"}, dedup={"keys": ["id"]}),
+            "dedup",
+            "cannot have this too",
+        ),
+        (table_of(SCD1, sink={"format": "parquet"}), "sink", "only a Delta table takes"),
+        (table_of("bronze.customer_changes", cdc={"keys": ["id"], "sequence_by": "seq"}), "cdc", "keeps every record"),
+    ],
+)
+def test_what_a_change_feed_cannot_honour_is_refused_with_the_field_and_fix(tmp_path, mutate, field, message):
+    lines = problems(tmp_path, mutate)
+    table = next(t for t in SPEC["tables"] if f"tables.{t}.{field}:" in "\n".join(lines))
+    assert any(message in line for line in lines if f"tables.{table}.{field}:" in line), lines
+
+
+def test_a_reprocess_of_a_cdc_table_is_refused_naming_why_and_the_full_refresh(tmp_path):
+    pipeline = load(tmp_path)
+    with pytest.raises(SpecError) as caught:
+        plan_reprocess(pipeline, [SCD1], parse_interval("2026-11-01T00:00:00Z/2026-11-01T01:00:00Z"))
+    assert f"{SCD1} cannot be reprocessed: a change feed's state" in str(caught.value)
+    assert f"--full-refresh {SCD1}" in str(caught.value)
