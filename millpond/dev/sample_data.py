@@ -223,13 +223,13 @@ def customer_change_files(
 
     A simulated database applies the changes in log order: new customers, updates of email, tier or name, deletes,
     and re-inserts of deleted ids. Each file then delivers them in another order, and holds about one change in
-    ten back for the next file (late). `duplicates` of the changes are delivered twice. Log positions continue from
-    the files already landed; the database's state does not (a run may see an update of an id inserted earlier).
+    ten back for the next file (late). `duplicates` of the changes are delivered twice. The database continues from
+    the files already landed: their changes replayed in log order give its customers, and the log goes on after them.
     """
     first = len(list(folder.glob("changes-*.json"))) if folder.exists() else 0
     rng = random.Random(seed if seed is not None else first)
-    live: dict[int, dict] = {}
-    deleted: list[int] = []
+    live, deleted = _customers_after(folder)
+    next_id = max([*live, *deleted, 0]) + 1
     held: list[str] = []
     landed = []
     for k in range(first, first + files):
@@ -239,29 +239,20 @@ def customer_change_files(
         for i in range(rows):
             lsn = (k + 1) * 1_000_000 + i
             roll = rng.random()
+            before: dict | None
+            after: dict | None
             if live and roll < 0.45:
                 key = rng.choice(sorted(live))
-                before = live[key]
-                after = dict(before)
-                field = rng.choice(("email", "tier", "name"))
-                after[field] = (
-                    f"c{key}.{lsn % 97}@example.com"
-                    if field == "email"
-                    else rng.choice(CUSTOMER_TIERS)
-                    if field == "tier"
-                    else f"Customer {key}{rng.choice('ABC')}"
-                )
-                op = "u"
+                before, after, op = live[key], _updated(rng, live[key], lsn), "u"
             elif live and roll < 0.6:
                 key = rng.choice(sorted(live))
                 before, after, op = live.pop(key), None, "d"
                 deleted.append(key)
             else:
-                key = (
-                    deleted.pop(rng.randrange(len(deleted)))
-                    if deleted and roll > 0.9
-                    else len(live) + len(deleted) + k * rows + 1
-                )
+                if deleted and roll > 0.9:
+                    key = deleted.pop(rng.randrange(len(deleted)))
+                else:
+                    key, next_id = next_id, next_id + 1
                 before = None
                 after = {
                     "id": key,
@@ -286,3 +277,36 @@ def customer_change_files(
         rng.shuffle(lines)
         landed.append(land_file(folder, f"changes-{k:06d}.json", lines))
     return landed
+
+
+def _updated(rng: random.Random, row: dict, lsn: int) -> dict:
+    """The customer with one of email, tier or name changed."""
+    field = rng.choice(("email", "tier", "name"))
+    key = row["id"]
+    if field == "email":
+        return {**row, "email": f"c{key}.{lsn % 97}@example.com"}
+    if field == "tier":
+        return {**row, "tier": rng.choice(CUSTOMER_TIERS)}
+    return {**row, "name": f"Customer {key}{rng.choice('ABC')}"}
+
+
+def _customers_after(folder: Path) -> tuple[dict[int, dict], list[int]]:
+    """The simulated database after the changes already landed, replayed in log order: live rows by id, and the
+    ids deleted (a call holds nothing back past its last file, so every change it made has landed)."""
+    changes = [
+        json.loads(line)
+        for path in (sorted(folder.glob("changes-*.json")) if folder.exists() else [])
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    live: dict[int, dict] = {}
+    deleted: list[int] = []
+    for change in sorted(changes, key=lambda c: c["source"]["lsn"]):
+        key = (change["after"] or change["before"])["id"]
+        if change["op"] == "d":
+            live.pop(key, None)
+            deleted = [*[d for d in deleted if d != key], key]
+        else:
+            live[key] = change["after"]
+            deleted = [d for d in deleted if d != key]
+    return live, deleted

@@ -85,6 +85,8 @@ def shape(table: Table) -> dict:
         # A join's state holds both sides' rows by key and event time, and its checkpoint reads two sources.
         "join": _plain(asdict(table.join)) if table.join else None,
         "stateful": _stateful_shape(table),
+        # A CDC table's change store holds events by these keys and sequence, deletes by this predicate.
+        "cdc": _plain(asdict(table.cdc)) if table.cdc else None,
     }
 
 
@@ -113,9 +115,14 @@ def shape_changes(checkpoint: LakePath, table: Table) -> list[str]:
     if not recorded_path.exists():
         return []
     # Shapes recorded before file sinks, joins or stateful functions existed lack those fields.
-    recorded = {"sink": "delta", "join": None, "stateful": None, **json.loads(recorded_path.read_text())}
+    recorded = {"sink": "delta", "join": None, "stateful": None, "cdc": None, **json.loads(recorded_path.read_text())}
     current = shape(table)
-    if not table.is_stateful and all(recorded.get(k) == current[k] for k in ("source", "sink")):
+    if (
+        not table.is_stateful
+        and not table.cdc
+        and recorded["cdc"] is None
+        and all(recorded.get(k) == current[k] for k in ("source", "sink"))
+    ):
         return []  # a stateless query only needs the same source (and sink)
     return [
         f"{name}: {_show(recorded.get(name))} -> {_show(current[name])}"

@@ -39,14 +39,16 @@ _VERSION, _ACTION = "__version", "__action"
 def events_of(batch: DataFrame, cdc: Cdc) -> DataFrame:
     """The batch's rows as events: the kept columns, their sequence (a struct for several columns: compared
     column by column) and whether each is a delete (a predicate that is null on a row does not delete)."""
-    kept = list(cdc.columns) or [c for c in batch.columns if c not in cdc.except_columns]
+    left_out = {c.lower() for c in cdc.except_columns}  # Spark's names are case-insensitive
+    kept = list(cdc.columns) or [c for c in batch.columns if c.lower() not in left_out]
     deleted = F.coalesce(F.expr(cdc.apply_as_deletes), F.lit(False)) if cdc.apply_as_deletes else F.lit(False)
     sequence = _col(cdc.sequence_by[0]) if len(cdc.sequence_by) == 1 else F.struct(*map(_col, cdc.sequence_by))
     return batch.select(*map(_col, kept), sequence.alias(SEQUENCE), deleted.alias(DELETED))
 
 
 def value_columns(events: DataFrame, cdc: Cdc) -> list[str]:
-    return [c for c in events.columns if c not in (*cdc.keys, SEQUENCE, DELETED)]
+    keys = {k.lower() for k in cdc.keys}
+    return [c for c in events.columns if c.lower() not in keys and c not in (SEQUENCE, DELETED)]
 
 
 def unusable(batch: DataFrame, cdc: Cdc) -> Column:
@@ -69,7 +71,8 @@ def scd2_versions(events: DataFrame, cdc: Cdc) -> DataFrame:
     the open version, and deletes with no version open change nothing."""
     keys = [_col(c) for c in cdc.keys]
     values = value_columns(events, cdc)
-    tracked = list(cdc.track_history_columns) or [c for c in values if c not in cdc.sequence_by]
+    sequence = {c.lower() for c in cdc.sequence_by}
+    tracked = list(cdc.track_history_columns) or [c for c in values if c.lower() not in sequence]
     in_order = Window.partitionBy(*keys).orderBy(SEQUENCE)
     tracked_values = F.struct(*map(_col, tracked)) if tracked else F.lit(True)
     previous_deleted = F.lag(DELETED).over(in_order)
@@ -106,6 +109,7 @@ class ChangeFeedSink(DeltaSink):
         why = unusable(batch, self.cdc)
         bad = self.quarantined(batch.where(why.isNotNull()), why)
         events = events_of(batch.where(why.isNull()), self.cdc).distinct().localCheckpoint(eager=True)
+        self.refuse_new_columns(events)
         conflicts = self.conflicts(events)
         if not conflicts.isEmpty():
             on = [*self.cdc.keys, SEQUENCE]
@@ -113,9 +117,9 @@ class ChangeFeedSink(DeltaSink):
                 "another event of this key has the same sequence and other values (leave columns that differ "
                 "between deliveries of one event, such as bronze's _ingested_at, out with cdc.except_columns)"
             )
-            clashing = events.join(conflicts, on, "left_semi").drop(SEQUENCE, DELETED)
+            clashing = events.join(conflicts, on, "left_semi")  # each with its sequence and kind
             bad = bad.unionByName(self.quarantined(clashing, reason))
-            events = events.join(conflicts, on, "left_anti")
+            events = events.join(conflicts, on, "left_anti").localCheckpoint(eager=True)  # before the store changes
         bad = bad.localCheckpoint(eager=True)
         if not bad.isEmpty():  # counted from the quarantine's log once the query ends, as every table's
             self.write(bad, self.quarantine, "append", batch_id)
@@ -124,6 +128,20 @@ class ChangeFeedSink(DeltaSink):
             self.apply_scd1(events, batch_id)
         else:
             self.apply_scd2(events, batch_id)
+
+    def refuse_new_columns(self, events: DataFrame) -> None:
+        """A CDC table keeps the columns it was built with (its store and MERGEs name them): an upstream that gained
+        or lost one stops the run before any write, naming the columns and the fix."""
+        if delta_version(self.changes) < 0:
+            return
+        stored = events.sparkSession.read.format("delta").load(self.changes).columns
+        new, gone = [c for c in events.columns if c not in stored], [c for c in stored if c not in events.columns]
+        if new or gone:
+            raise ValueError(
+                f"{self.table.id}: the columns it keeps changed since it was built (new: {new}, gone: {gone}). "
+                f"Fix: leave new columns out with cdc.except_columns (or name the kept ones with cdc.columns), or "
+                f"rebuild the table with them: millpond run <pipeline> --full-refresh {self.table.id}"
+            )
 
     def conflicts(self, events: DataFrame) -> DataFrame:
         """(key, sequence) pairs held by two different events, in this batch or between it and the store."""

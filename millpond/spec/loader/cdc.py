@@ -39,7 +39,7 @@ def cdc(check: SpecCheck, where: str, raw: Any) -> Cdc | None:
     if except_columns and kept:
         check.problem(where, "both columns and except_columns are given", "name the columns kept, or those left out")
     scd_type = spec.get("scd_type", 1)
-    if scd_type not in SCD_TYPES:
+    if isinstance(scd_type, bool) or scd_type not in SCD_TYPES:
         check.problem(f"{where}.scd_type", f"{scd_type!r} is not 1 or 2", "1: one row per key, 2: one per version")
         scd_type = 1
     tracked = columns(check, f"{where}.track_history_columns", spec.get("track_history_columns"))
@@ -57,12 +57,12 @@ def cdc_rules(check: SpecCheck, where: str, table: Table) -> None:
     cdc = table.cdc
     assert cdc is not None
     refusals = [
-        ("aggregate", table.aggregate, "aggregate in a table reading this one"),
+        ("aggregate", table.aggregate, "aggregate the events in a table of their own, or query this table in batch"),
         ("dedup", table.dedup_keys, "the newest event per key wins already; a duplicate changes nothing"),
         ("join", table.join, "join in the table this one reads"),
         ("stateful", table.stateful, "run the function in the table this one reads"),
         ("order_by", table.order_by, "sort when you read the table"),
-        ("expectations", table.expectations, "gate the table this one reads, or one reading this one"),
+        ("expectations", table.expectations, "gate the table this one reads"),
     ]
     for name, present, fix in refusals:
         if present:

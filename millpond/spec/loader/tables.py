@@ -135,6 +135,20 @@ def suite_rules(check: SpecCheck, where: str, table: Table) -> None:
     check.problems.extend(check_suite(str(table.expectations)))
 
 
+def cdc_upstream_rules(check: SpecCheck, tables: dict[str, Table], table: Table) -> None:
+    """A table applying a change feed updates and deletes its rows in place; a stream of its appended rows (how a
+    table reads another) would skip those commits, so no table reads one (its change feed is not read yet)."""
+    for read in table.upstreams:
+        if read in tables and tables[read].cdc and read != table.id:
+            field = "from" if read == table.source else "join.with"
+            check.problem(
+                f"tables.{table.id}.{field}",
+                f"{read} applies a change feed: its rows are updated and deleted in place, and a stream of it "
+                "would skip those commits (reading a CDC table's change feed is not supported yet)",
+                f"read {tables[read].source} (the events {read} applies), or query {read} in batch",
+            )
+
+
 def dependency_order(check: SpecCheck, sources: dict[str, Source], tables: dict[str, Table]) -> dict[str, Table]:
     for table in tables.values():
         join_upstream_rules(check, sources, tables, table)
@@ -155,6 +169,7 @@ def dependency_order(check: SpecCheck, sources: dict[str, Source], tables: dict[
             )
         if table.source == table.id:
             check.problem(f"tables.{table.id}.from", "a table cannot read itself", "read an upstream table")
+        cdc_upstream_rules(check, tables, table)
         upstream = tables.get(table.source)
         if upstream is not None and not upstream.sink.is_delta and upstream is not table:
             what = (

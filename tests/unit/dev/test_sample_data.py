@@ -144,4 +144,7 @@ def test_a_customers_feed_is_debezium_shaped_out_of_order_late_and_continues_its
     assert max(lsns[0]) > min(lsns[1])  # some changes of the first file's log arrive in the second (late)
     assert len(lsns[0]) + len(lsns[1]) > len(set(lsns[0]) | set(lsns[1])) > 0  # some delivered twice
     assert min(lsns[2]) > max(lsns[0] + lsns[1])  # the next call continues the log after the landed files
+    inserted_before = {e["after"]["id"] for f in files[:2] for e in f if e["op"] == "c"}
+    changed_now = {(e["after"] or e["before"])["id"] for e in files[2] if e["op"] in ("u", "d")}
+    assert changed_now & inserted_before  # ... and the database: it updates and deletes the customers landed before
     assert {e["op"] for f in files for e in f} == {"c", "u", "d"}

@@ -4,6 +4,7 @@ before Spark starts, naming the field and the fix."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,40 @@ def test_a_reprocess_of_a_cdc_table_is_refused_naming_why_and_the_full_refresh(t
         plan_reprocess(pipeline, [SCD1], parse_interval("2026-11-01T00:00:00Z/2026-11-01T01:00:00Z"))
     assert f"{SCD1} cannot be reprocessed: a change feed's state" in str(caught.value)
     assert f"--full-refresh {SCD1}" in str(caught.value)
+
+
+def test_a_table_reading_a_cdc_table_is_refused_naming_the_events_to_read_instead(tmp_path):
+    def reads_scd1(spec):
+        spec["tables"]["gold.customer_count"] = {
+            "from": SCD1,
+            "output_mode": "complete",
+            "aggregate": {"group_by": [], "measures": {"customers": "count(*)"}},
+        }
+
+    lines = problems(tmp_path, reads_scd1)
+    assert any(
+        "tables.gold.customer_count.from: silver.customers applies a change feed" in line
+        and "Fix: read bronze.customer_changes" in line
+        for line in lines
+    ), lines
+
+
+def test_scd_type_true_is_no_scd_type(tmp_path):
+    lines = problems(tmp_path, cdc_of(SCD1, scd_type=True))
+    assert any("cdc.scd_type: True is not 1 or 2" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"sequence_by": "seq"}, {"apply_as_deletes": "op IN ('D', 'X')"}, {"scd_type": 2}, {"keys": ["id", "name"]}],
+)
+def test_a_changed_cdc_block_is_a_change_the_checkpoint_cannot_follow(tmp_path, change):
+    """The change store holds events by the old keys, sequence and delete rule: the run asks for a full refresh."""
+    from millpond.lake import checkpoints
+
+    before = load(tmp_path).tables[SCD1]
+    (tmp_path / checkpoints.SHAPE_FILE).write_text(json.dumps(checkpoints.shape(before)))
+    assert checkpoints.shape_changes(tmp_path, before) == []
+    after = load(tmp_path, cdc_of(SCD1, **change)).tables[SCD1]
+    changes = checkpoints.shape_changes(tmp_path, after)
+    assert len(changes) == 1 and changes[0].startswith("cdc: "), changes
