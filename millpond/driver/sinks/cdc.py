@@ -109,8 +109,9 @@ class ChangeFeedSink(DeltaSink):
         why = unusable(batch, self.cdc)
         bad = self.quarantined(batch.where(why.isNotNull()), why)
         events = events_of(batch.where(why.isNull()), self.cdc).distinct().localCheckpoint(eager=True)
-        self.refuse_new_columns(events)
-        conflicts = self.conflicts(events)
+        stored = self.stored(events)  # the store before this batch, read once
+        self.refuse_new_columns(events, stored)
+        conflicts = self.conflicts(events, stored)
         if not conflicts.isEmpty():
             on = [*self.cdc.keys, SEQUENCE]
             reason = F.lit(
@@ -129,13 +130,19 @@ class ChangeFeedSink(DeltaSink):
         else:
             self.apply_scd2(events, batch_id)
 
-    def refuse_new_columns(self, events: DataFrame) -> None:
+    def stored(self, events: DataFrame) -> DataFrame | None:
+        """The change store, or None before the first batch created it."""
+        if delta_version(self.changes) < 0:
+            return None
+        return events.sparkSession.read.format("delta").load(self.changes)
+
+    def refuse_new_columns(self, events: DataFrame, stored: DataFrame | None) -> None:
         """A CDC table keeps the columns it was built with (its store and MERGEs name them): an upstream that gained
         or lost one stops the run before any write, naming the columns and the fix."""
-        if delta_version(self.changes) < 0:
+        if stored is None:
             return
-        stored = events.sparkSession.read.format("delta").load(self.changes).columns
-        new, gone = [c for c in events.columns if c not in stored], [c for c in stored if c not in events.columns]
+        columns = stored.columns
+        new, gone = [c for c in events.columns if c not in columns], [c for c in columns if c not in events.columns]
         if new or gone:
             raise ValueError(
                 f"{self.table.id}: the columns it keeps changed since it was built (new: {new}, gone: {gone}). "
@@ -143,12 +150,11 @@ class ChangeFeedSink(DeltaSink):
                 f"rebuild the table with them: millpond run <pipeline> --full-refresh {self.table.id}"
             )
 
-    def conflicts(self, events: DataFrame) -> DataFrame:
+    def conflicts(self, events: DataFrame, stored: DataFrame | None) -> DataFrame:
         """(key, sequence) pairs held by two different events, in this batch or between it and the store."""
         on = [*self.cdc.keys, SEQUENCE]
         seen = events
-        if delta_version(self.changes) >= 0:
-            stored = events.sparkSession.read.format("delta").load(self.changes)
+        if stored is not None:
             seen = events.unionByName(stored.join(events.select(*on).distinct(), on, "left_semi")).distinct()
         return seen.groupBy(*on).count().where("count > 1").select(*on)
 
