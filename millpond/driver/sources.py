@@ -34,8 +34,18 @@ from millpond.driver.file_formats.columns import (
 )
 from millpond.driver.speedups import JSON_FUNCTIONS
 from millpond.lake import checkpoints, paths, storage
+from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.paths import LakePath
-from millpond.spec import GLOB_CHARACTERS, FileSource, KafkaSource, Pipeline, Table, ddl_columns, resolve_setting
+from millpond.spec import (
+    CHANGE_TYPE,
+    GLOB_CHARACTERS,
+    FileSource,
+    KafkaSource,
+    Pipeline,
+    Table,
+    ddl_columns,
+    resolve_setting,
+)
 
 # json sources only: fields of a line that the schema does not name, as a JSON object (kept in bronze under the
 # default `schema_drift: rescue`), and their names (used by the writer for `add` and `fail`, never written).
@@ -56,6 +66,8 @@ MAX_LINE_BYTES = 1024 * 1024
 ADDABLE_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # `_name` is millpond's (`_ingested_at`, ...)
 # Files per batch that a complete-mode table's first batch reads: all of them (Delta's largest; its default is 1,000).
 WHOLE_SNAPSHOT_FILES = 2**31 - 1
+# The Delta table property that makes Delta record each commit's row changes (its change data feed).
+CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
 # Where each message of a Kafka source came from, kept in bronze next to the value's fields.
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 
@@ -137,9 +149,8 @@ def schema_of(ddl: str) -> StructType:
 
 
 def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline: Pipeline | None = None) -> DataFrame:
-    """An upstream table's new rows. An append table of the pipeline is read with `skipChangeCommits`: its only
-    commits that remove rows are a reprocess's slice replacements (millpond.driver.reprocess), which replace this
-    table's slice too, so reading them would count the interval twice.
+    """An upstream table's new rows (an append table's with `skipChangeCommits`: Pipeline.skips_change_commits),
+    or its change data feed's new changes where the table applies that feed (Pipeline.reads_change_feed).
 
     A complete-mode table on a new checkpoint (its first run, a full refresh, a reprocess's rebuild) reads the whole
     upstream in one batch, whatever its rate limit and Delta's default of 1,000 files per batch: each batch
@@ -149,10 +160,27 @@ def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline
     if pipeline is not None and table.output_mode == "complete" and not checkpoints.has_batches(pipeline, table):
         options = {"maxFilesPerTrigger": str(WHOLE_SNAPSHOT_FILES)}
     reader = spark.readStream.format("delta").options(**options)
-    source = pipeline.tables.get(upstream) if pipeline else None
-    if source is not None and source.output_mode != "complete" and not source.merges:
+    if pipeline is not None and pipeline.reads_change_feed(table, upstream):
+        rows = reader.option("readChangeFeed", "true").load(str(paths.table_path(upstream)))
+        return rows.where(F.col(CHANGE_TYPE) != "update_preimage")  # an update's old row is not an event
+    if pipeline is not None and pipeline.skips_change_commits(table, upstream):
         reader = reader.option("skipChangeCommits", "true")
     return reader.load(str(paths.table_path(upstream)))
+
+
+def record_changes_upstream(spark: SparkSession, table: Table) -> None:
+    """Turn on Delta's change data feed on the upstream a table reads it from, if it is off, before the table's
+    query starts. A new stream of the feed reads the upstream's current rows first (as inserts, at the version it
+    starts at), then each later commit's changes, which Delta records only while the property is on: set here,
+    it is on for every commit the stream reads after that first snapshot. One commit, once per upstream table
+    (again after a full refresh recreates it); a table that does not exist yet is left for the next run."""
+    if not (table.cdc and table.cdc.change_feed) or delta_version(paths.table_path(table.source)) < 0:
+        return
+    location = f"delta.`{paths.table_path(table.source)}`"
+    shown = spark.sql(f"SHOW TBLPROPERTIES {location} ('{CHANGE_FEED_PROPERTY}')").collect()
+    if shown and str(shown[0]["value"]).lower() == "true":
+        return
+    spark.sql(f"ALTER TABLE {location} SET TBLPROPERTIES ('{CHANGE_FEED_PROPERTY}' = 'true')")
 
 
 def read_landing(spark: SparkSession, source: FileSource, files: list[str] | None = None) -> DataFrame:

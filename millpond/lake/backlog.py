@@ -10,7 +10,8 @@ The checkpoint already holds the answer's other half: what the last committed ba
 - A Delta source: the data files the upstream table committed after the last committed batch's offset
   (`reservoirVersion`, `index`), matched by the table's id (`reservoirId`), with their bytes and rows (each file's
   statistics). A commit the stream skips (`skipChangeCommits` on an append-only upstream, a commit that removes
-  data) is not waiting; nor is one that changes no data (OPTIMIZE's rewrite).
+  data) is not waiting; nor is one that changes no data (OPTIMIZE's rewrite). A reader of the upstream's change
+  feed (`cdc: {change_feed: true}`) skips none: a MERGE's commit waits with the files it rewrote.
 - A Kafka source: the records between the last committed batch's offsets and each partition's end, asked of the
   broker with librdkafka (confluent-kafka), no JVM; a broker that does not answer within seconds is said, not
   waited for.
@@ -159,7 +160,7 @@ def _delta_waiting(pipeline: Pipeline, table: Table, upstream: str, state: _Chec
     committed = _offset_for(state.committed, table_id)
     planned = _offset_for(state.planned, table_id)
     # millpond.driver.sources reads a join's `with` side as it reads `from`
-    skip_changes = _skips_change_commits(pipeline, upstream)
+    skip_changes = pipeline.skips_change_commits(table, upstream)
     if committed is None and planned is not None:  # a first batch planned, not committed: replayed from its snapshot
         files = _after_offset(
             location, {**planned, "index": BASE_INDEX, "isStartingVersion": True}, newest, skip_changes
@@ -286,12 +287,6 @@ def _offset_for(entry: list[dict] | None, table_id: str | None) -> dict | None:
         if "reservoirVersion" in offset and (table_id is None or offset.get("reservoirId") == table_id):
             return offset
     return None
-
-
-def _skips_change_commits(pipeline: Pipeline, upstream: str) -> bool:
-    """millpond.driver.sources.read_table's rule: an append-only upstream's stream skips commits that remove data."""
-    source = pipeline.tables.get(upstream)
-    return source is not None and source.output_mode != "complete" and not source.merges
 
 
 def _after_offset(location: LakePath, offset: dict, newest: int, skip_changes: bool) -> list[tuple[int, int, int]]:

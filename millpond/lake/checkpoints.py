@@ -116,6 +116,8 @@ def shape_changes(checkpoint: LakePath, table: Table) -> list[str]:
         return []
     # Shapes recorded before file sinks, joins or stateful functions existed lack those fields.
     recorded = {"sink": "delta", "join": None, "stateful": None, "cdc": None, **json.loads(recorded_path.read_text())}
+    if recorded["cdc"] is not None:  # recorded before `change_feed` existed: the appended rows were read
+        recorded["cdc"] = {"change_feed": False, **recorded["cdc"]}
     current = shape(table)
     if (
         not table.is_stateful

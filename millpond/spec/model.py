@@ -211,6 +211,11 @@ SCD_TYPES = (1, 2)
 START_AT, END_AT = "__START_AT", "__END_AT"
 CDC_SEQUENCE, CDC_DELETED = "__SEQUENCE", "__DELETED"
 CDC_RESERVED = (START_AT, END_AT, CDC_SEQUENCE, CDC_DELETED)
+# The columns Delta's change data feed adds to each row (`readChangeFeed`), and what a `change_feed: true` CDC table
+# reads them as when its block does not say: the upstream's commit version as the sequence, a deleted row as a delete.
+CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
+CHANGE_FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
+CHANGE_FEED_DELETES = f"{CHANGE_TYPE} = 'delete'"
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,8 @@ class Cdc:
     columns: tuple[str, ...] = ()
     scd_type: int = 1
     track_history_columns: tuple[str, ...] = ()  # SCD 2: only these open a version; () = every value column
+    # Read the upstream's Delta change data feed (its updates and deletes too), not its appended rows.
+    change_feed: bool = False
 
 
 @dataclass(frozen=True)
@@ -376,6 +383,21 @@ class Pipeline:
 
     def layer_tables(self, layer: str) -> list[str]:
         return [t.id for t in self.tables.values() if t.layer == layer]
+
+    def reads_change_feed(self, table: Table, upstream: str) -> bool:
+        """Whether the table reads this upstream's Delta change data feed (`cdc: {change_feed: true}`, its `from:`)
+        rather than its rows."""
+        return table.cdc is not None and table.cdc.change_feed and upstream == table.source
+
+    def skips_change_commits(self, table: Table, upstream: str) -> bool:
+        """Whether the table's stream of this upstream skips commits that remove rows (`skipChangeCommits`): an
+        append-only table of the pipeline read as rows. Its only such commits are a reprocess's slice replacements
+        (millpond.driver.reprocess), which replace the reader's slice too: read, they would count an interval
+        twice."""
+        source = self.tables.get(upstream)
+        if source is None or self.reads_change_feed(table, upstream):
+            return False
+        return source.output_mode != "complete" and not source.merges
 
 
 def normalize_table_id(table_id: str) -> str:

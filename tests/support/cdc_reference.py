@@ -49,10 +49,32 @@ SPEC = {
 }
 SCD1, SCD2 = "silver.customers", "silver.customers_history"
 
+# silver.customers' change data feed applied twice: mirrored (SCD 1, Delta's columns left out by default) and as a
+# history by silver.customers' commit versions (SCD 2, on email). The events' own SCD 2 table is left out.
+MIRROR, BY_COMMIT = "silver.customers_mirror", "silver.customers_by_commit"
+CHANGE_FEED_SPEC = {
+    **SPEC,
+    "tables": {
+        "bronze.customer_changes": SPEC["tables"]["bronze.customer_changes"],
+        SCD1: SPEC["tables"][SCD1],
+        MIRROR: {"from": SCD1, "cdc": {"change_feed": True, "keys": ["id"]}},
+        BY_COMMIT: {
+            "from": SCD1,
+            "cdc": {
+                "change_feed": True,
+                "keys": ["id"],
+                "columns": ["id", "email", "name"],
+                "scd_type": 2,
+                "track_history_columns": ["email"],
+            },
+        },
+    },
+}
 
-def write_spec(folder: Path) -> Path:
+
+def write_spec(folder: Path, spec: dict | None = None) -> Path:
     path = folder / "customers.yaml"
-    path.write_text(yaml.safe_dump(SPEC, sort_keys=False))
+    path.write_text(yaml.safe_dump(spec or SPEC, sort_keys=False))
     return path
 
 
@@ -135,6 +157,29 @@ TEST_FEED = Feed(
     key=lambda e: e["id"],
     sequence=lambda e: None if e["seq"] is None or e["tie"] is None else (e["seq"], e["tie"]),
     deletes=lambda e: e["op"] == "D",
+    kept=lambda e: {"email": e["email"], "name": e["name"]},
+)
+
+
+def changes_between(states: list[tuple[int, dict[Any, dict]]]) -> list[Event]:
+    """A table's changes from its successive states (version, rows by key), as events sequenced by version: every
+    row of the first state inserted, then each row that appears, changes or goes. What a change data feed read from
+    the first state's version should say, derived from snapshots instead of the feed."""
+    events: list[Event] = []
+    before: dict[Any, dict] = {}
+    for version, rows in states:
+        for key in sorted(set(before) | set(rows), key=repr):
+            if rows.get(key) != before.get(key):
+                gone = key not in rows
+                events.append({"id": key, "version": version, "deleted": gone, **(before[key] if gone else rows[key])})
+        before = rows
+    return events
+
+
+BY_VERSION = Feed(
+    key=lambda e: e["id"],
+    sequence=lambda e: e["version"],
+    deletes=lambda e: e["deleted"],
     kept=lambda e: {"email": e["email"], "name": e["name"]},
 )
 

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from millpond.spec.loader.fields import SpecCheck, columns, fields
-from millpond.spec.model import CDC_RESERVED, SCD_TYPES, Cdc, Table
+from millpond.spec.loader.fields import SpecCheck, boolean, columns, fields
+from millpond.spec.model import (
+    CDC_RESERVED,
+    CHANGE_FEED_COLUMNS,
+    CHANGE_FEED_DELETES,
+    COMMIT_VERSION,
+    SCD_TYPES,
+    Cdc,
+    Table,
+)
 
 # A `cdc:` block's fields (name -> required), Lakeflow's AUTO CDC names.
 CDC_FIELDS = {
     "keys": True,
-    "sequence_by": True,
+    "sequence_by": False,  # required unless change_feed (its default: the upstream's commit version)
     "apply_as_deletes": False,
     "except_columns": False,
     "columns": False,
     "scd_type": False,
     "track_history_columns": False,
+    "change_feed": False,
 }
 
 
@@ -25,13 +34,20 @@ def cdc(check: SpecCheck, where: str, raw: Any) -> Cdc | None:
     spec = fields(check, where, raw, CDC_FIELDS)
     if not spec:
         return None
+    change_feed = boolean(check, f"{where}.change_feed", spec.get("change_feed", False))
     keys = columns(check, f"{where}.keys", spec.get("keys"))
     sequence_by = columns(check, f"{where}.sequence_by", spec.get("sequence_by"))
     for name, got in (("keys", keys), ("sequence_by", sequence_by)):
         if name in spec and not got:
             example = "keys: [id]" if name == "keys" else "sequence_by: seq"
             check.problem(f"{where}.{name}", "no column is given", f"e.g. {example}")
-    deletes = spec.get("apply_as_deletes")
+    if "sequence_by" not in spec and not change_feed:
+        check.problem(
+            f"{where}.sequence_by",
+            "required field is missing",
+            "add 'sequence_by:' naming the column that orders the events, e.g. sequence_by: seq",
+        )
+    deletes = spec.get("apply_as_deletes", CHANGE_FEED_DELETES if change_feed else None)
     if deletes is not None and (not isinstance(deletes, str) or not deletes.strip()):
         check.problem(f"{where}.apply_as_deletes", f"{deletes!r} is not a SQL predicate", "e.g. \"op = 'D'\"")
     except_columns = columns(check, f"{where}.except_columns", spec.get("except_columns"))
@@ -47,8 +63,19 @@ def cdc(check: SpecCheck, where: str, raw: Any) -> Cdc | None:
         check.problem(
             f"{where}.track_history_columns", "only an SCD 2 table keeps history", "add scd_type: 2, or drop it"
         )
+    if change_feed:  # Delta's own columns are read, not kept, unless named
+        sequence_by = sequence_by or (COMMIT_VERSION,)
+        if not kept:
+            except_columns = (*except_columns, *(c for c in CHANGE_FEED_COLUMNS if c not in except_columns))
     return Cdc(
-        keys, sequence_by, deletes if isinstance(deletes, str) else None, except_columns, kept, scd_type, tracked
+        keys,
+        sequence_by,
+        deletes if isinstance(deletes, str) else None,
+        except_columns,
+        kept,
+        scd_type,
+        tracked,
+        change_feed,
     )
 
 

@@ -137,16 +137,39 @@ def suite_rules(check: SpecCheck, where: str, table: Table) -> None:
 
 def cdc_upstream_rules(check: SpecCheck, tables: dict[str, Table], table: Table) -> None:
     """A table applying a change feed updates and deletes its rows in place; a stream of its appended rows (how a
-    table reads another) would skip those commits, so no table reads one (its change feed is not read yet)."""
+    table reads another) would skip those commits, so only a CDC table reading its change feed (`change_feed: true`)
+    may read one. That feed, in turn, is read only from a table updated in place one row per key (docs/cdc.md)."""
+    reads_feed = table.cdc is not None and table.cdc.change_feed
     for read in table.upstreams:
-        if read in tables and tables[read].cdc and read != table.id:
+        if read in tables and tables[read].cdc and read != table.id and not (reads_feed and read == table.source):
             field = "from" if read == table.source else "join.with"
             check.problem(
                 f"tables.{table.id}.{field}",
                 f"{read} applies a change feed: its rows are updated and deleted in place, and a stream of it "
-                "would skip those commits (reading a CDC table's change feed is not supported yet)",
-                f"read {tables[read].source} (the events {read} applies), or query {read} in batch",
+                "would skip those commits",
+                f"apply its change data feed in a table with 'cdc: {{change_feed: true, keys: [...]}}', read "
+                f"{tables[read].source} (the events {read} applies), or query {read} in batch",
             )
+    upstream = tables.get(table.source)
+    if reads_feed and upstream is not None:
+        why = change_feed_refusal(upstream)
+        if why:
+            check.problem(
+                f"tables.{table.id}.cdc.change_feed",
+                f"{upstream.id} {why}",
+                "read the change feed of an SCD 1 table or of an update-mode table with keys, or drop change_feed",
+            )
+
+
+def change_feed_refusal(upstream: Table) -> str | None:
+    """Why a table's change data feed cannot be applied as one event per key and commit, or None."""
+    if upstream.cdc and upstream.cdc.scd_type == 2:
+        return "keeps one row per version (SCD 2): its feed has several rows of one key in one commit"
+    if upstream.cdc or upstream.merges:
+        return None
+    if upstream.output_mode == "complete":
+        return "is rewritten whole by each batch: its feed would say every row was deleted and inserted again"
+    return "only appends rows: its change feed holds nothing its rows do not (read it without change_feed)"
 
 
 def dependency_order(check: SpecCheck, sources: dict[str, Source], tables: dict[str, Table]) -> dict[str, Table]:

@@ -32,10 +32,15 @@ from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
 from millpond.runs import run_summary
 from tests.support.cdc_reference import (
+    BY_COMMIT,
+    BY_VERSION,
+    CHANGE_FEED_SPEC,
+    MIRROR,
     SCD1,
     SCD2,
     Feed,
     applicable,
+    changes_between,
     fold_scd1,
     fold_scd2,
     land,
@@ -219,7 +224,8 @@ def test_events_that_cannot_be_applied_are_quarantined_with_why_and_a_full_refre
 
 def test_the_example_debezium_feed_run_twice_equals_the_fold_of_its_envelopes(spark, lake):
     """The shipped `customers` pipeline on what `millpond generate customers` lands: envelopes out of order, some a
-    file late, some twice; after each run its SCD 1 and SCD 2 tables equal the fold of every envelope landed."""
+    file late, some twice; after each run its SCD 1 and SCD 2 tables equal the fold of every envelope landed, and
+    the contacts table, which applies silver.customers' change feed, holds silver.customers' rows."""
     folder = lake / "landing" / "customer_changes"
     feed = Feed(
         key=lambda e: (e["after"] or e["before"])["id"],
@@ -238,6 +244,10 @@ def test_the_example_debezium_feed_run_twice_equals_the_fold_of_its_envelopes(sp
             (key, kept["email"], kept["name"], kept["tier"], applicable(envelopes, feed)[key][-1][0])
             for key, kept in fold_scd1(envelopes, feed).items()
         )
+        contacts = spark.read.format("delta").load(str(paths.table_path("silver.customer_contacts")))
+        assert sorted(tuple(r) for r in contacts.select("id", "email", "tier").collect()) == sorted(
+            (r["id"], r["email"], r["tier"]) for r in rows
+        )  # silver.customers' change feed, applied
         columns = ("id", "email", "name", "tier", "__START_AT", "__END_AT")
         assert sorted((tuple(r) for r in history.select(*columns).collect()), key=repr) == sorted(
             (
@@ -246,3 +256,67 @@ def test_the_example_debezium_feed_run_twice_equals_the_fold_of_its_envelopes(sp
             ),
             key=repr,
         )
+
+
+def states_since_the_feed_was_turned_on(spark) -> list[tuple[int, dict]]:
+    """silver.customers at each version from the one that turned its change feed on (the feed's readers started
+    there, reading that version's rows as inserts) to the newest, read by time travel: not through the feed."""
+    path = str(paths.table_path(SCD1))
+    turned_on = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("operation = 'SET TBLPROPERTIES'")
+    first = turned_on.agg({"version": "max"}).collect()[0][0]
+    assert first is not None, "the change feed's reader did not turn the feed on"
+    states = []
+    for version in range(first, latest_version(path) + 1):
+        rows = spark.read.format("delta").option("versionAsOf", version).load(path).collect()
+        states.append((version, {r["id"]: {"email": r["email"], "name": r["name"]} for r in rows}))
+    return states
+
+
+def assert_the_feed_readers_follow(spark, lake: Path) -> None:
+    """The mirror holds what silver.customers holds: the fold of every event landed. The history by commit holds
+    the versions silver.customers' snapshots show."""
+
+    def rows(table_id: str, columns: tuple[str, ...]) -> list[tuple]:
+        read = spark.read.format("delta").load(str(paths.table_path(table_id)))
+        return sorted((tuple(r) for r in read.select(*columns).collect()), key=repr)
+
+    assert rows(MIRROR, ("id", "seq", "tie", "email", "name")) == sorted(scd1(landed(lake)), key=repr)
+    events = changes_between(states_since_the_feed_was_turned_on(spark))
+    expected = sorted(
+        (
+            (key, kept["email"], kept["name"], start, end)
+            for key, kept, start, end in fold_scd2(events, BY_VERSION, ("email",))
+        ),
+        key=repr,
+    )
+    assert rows(BY_COMMIT, ("id", "email", "name", "__START_AT", "__END_AT")) == expected, events
+
+
+def test_a_cdc_table_applies_another_s_change_feed_exactly_once_across_kills_and_a_full_refresh(spark, lake):
+    """silver.customers (SCD 1) is read through its Delta change data feed by a mirror (SCD 1) and a history by
+    commit version (SCD 2), which turn the feed on at their first run and read silver.customers' rows then as
+    inserts. After every run the mirror equals silver.customers and the history equals the versions its snapshots
+    show (time travel, not the feed). Killed between the history's store and table commits, and after the mirror's
+    commit, the replayed batches add only the history's table commit. A full refresh of silver.customers rebuilds
+    all three and turns the feed on again on the new table. Cost: four runs on the test worker's session and two
+    killed runs in processes of their own."""
+    spec = write_spec(lake.parent, CHANGE_FEED_SPEC)
+    land(lake, "batch-0", ACROSS_RUNS[0])
+    assert runner.main([str(spec)]) == 0
+    assert_the_feed_readers_follow(spark, lake)
+
+    for number, (table, fault) in enumerate(((BY_COMMIT, "between_writes"), (MIRROR, "after_write")), start=1):
+        land(lake, f"batch-{number}", ACROSS_RUNS[number])
+        run_killed(spec, lake, f"{table}:{fault}")
+        before = versions(table)
+        assert runner.main([str(spec)]) == 0
+        after = versions(table)
+        if fault == "after_write":
+            assert after == before
+        else:
+            assert after[1:] == before[1:] and after[0] > before[0], (before, after)
+        assert_the_feed_readers_follow(spark, lake)
+    history = spark.read.format("delta").load(str(paths.table_path(BY_COMMIT)))
+    assert history.where("__END_AT IS NOT NULL").count() >= 2  # the feed carried updates of email and a delete
+    assert runner.main([str(spec), "--full-refresh", SCD1]) == 0
+    assert_the_feed_readers_follow(spark, lake)

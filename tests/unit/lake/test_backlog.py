@@ -15,6 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 from millpond.lake import paths
 from millpond.lake.backlog import _batches, pipeline_backlog
 from millpond.spec import load_pipeline
+from tests.support.cdc_reference import CHANGE_FEED_SPEC, MIRROR, SCD1, write_spec
 
 pytestmark = pytest.mark.unit
 
@@ -138,3 +139,29 @@ def test_a_first_batch_planned_and_never_committed_is_replayed_from_its_own_snap
     checkpoint(None, planned=delta_offset(2, index=0, starting=True))  # batch 0 planned over the snapshot's first file
     waiting = silver_waiting()
     assert (waiting["files"], waiting["rows"], waiting["replayed_batch"], waiting["batches"]) == (3, 3, True, 2)
+
+
+def test_a_change_feed_reader_waits_for_the_commits_an_append_reader_would_skip(lake):
+    """A table applying silver.customers' change data feed reads its MERGE commits (which remove the files they
+    rewrite): such a commit is waiting for it, with the files it added."""
+    spec = write_spec(lake.parent, CHANGE_FEED_SPEC)
+    pipeline = load_pipeline(spec, lake_root=lake)
+    upstream = str(paths.table_path(SCD1))
+    write_deltalake(upstream, pa.table({"id": pa.array([1], pa.int64())}))
+    folder = paths.checkpoint_path("customers", MIRROR)
+    (folder / "offsets").mkdir(parents=True)
+    (folder / "commits").mkdir()
+    first = (paths.table_path(SCD1) / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+    table_id = next(json.loads(line)["metaData"]["id"] for line in first if '"metaData"' in line)
+    offset = {
+        "sourceVersion": 1,
+        "reservoirId": table_id,
+        "reservoirVersion": 1,
+        "index": -1,
+        "isStartingVersion": False,
+    }
+    (folder / "offsets" / "0").write_text("v1\n" + json.dumps({"batchWatermarkMs": 0}) + "\n" + json.dumps(offset))
+    (folder / "commits" / "0").write_text("v1\n{}")
+    write_deltalake(upstream, pa.table({"id": pa.array([1, 2], pa.int64())}), mode="overwrite")  # removes v0's file
+    (waiting,) = pipeline_backlog(pipeline, tables=[MIRROR])
+    assert (waiting.files, waiting.rows, waiting.versions) == (1, 2, 1)

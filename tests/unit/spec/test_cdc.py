@@ -115,9 +115,82 @@ def test_a_table_reading_a_cdc_table_is_refused_naming_the_events_to_read_instea
     lines = problems(tmp_path, reads_scd1)
     assert any(
         "tables.gold.customer_count.from: silver.customers applies a change feed" in line
-        and "Fix: read bronze.customer_changes" in line
+        and "Fix: apply its change data feed in a table with 'cdc: {change_feed: true" in line
+        and "read bronze.customer_changes" in line
         for line in lines
     ), lines
+
+
+def reads_feed_of(upstream: str, **cdc):
+    def mutate(spec):
+        spec["tables"]["silver.customer_mirror"] = {
+            "from": upstream,
+            "cdc": {"change_feed": True, "keys": ["id"], **cdc},
+        }
+
+    return mutate
+
+
+def test_a_change_feed_is_read_by_commit_version_with_delta_s_deletes_and_its_columns_left_out(tmp_path):
+    mirror = load(tmp_path, reads_feed_of(SCD1)).tables["silver.customer_mirror"].cdc
+    assert (mirror.sequence_by, mirror.apply_as_deletes, mirror.except_columns, mirror.change_feed) == (
+        ("_commit_version",),
+        "_change_type = 'delete'",
+        ("_change_type", "_commit_version", "_commit_timestamp"),
+        True,
+    )
+    named = load(tmp_path, reads_feed_of(SCD1, sequence_by=["seq", "tie"], columns=["id", "email"]))
+    named_cdc = named.tables["silver.customer_mirror"].cdc
+    assert (named_cdc.sequence_by, named_cdc.except_columns) == (("seq", "tie"), ())  # `columns` keeps only those
+    also_left_out = load(tmp_path, reads_feed_of(SCD1, except_columns=["name", "_change_type"]))
+    assert also_left_out.tables["silver.customer_mirror"].cdc.except_columns == (
+        "name",
+        "_change_type",
+        "_commit_version",
+        "_commit_timestamp",
+    )
+
+
+def test_a_sequence_is_required_unless_the_change_feed_gives_it(tmp_path):
+    def no_sequence(spec):
+        del spec["tables"][SCD1]["cdc"]["sequence_by"]
+
+    lines = problems(tmp_path, no_sequence)
+    assert any(f"tables.{SCD1}.cdc.sequence_by: required field is missing" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("upstream", "add", "message"),
+    [
+        (SCD2, None, "keeps one row per version (SCD 2)"),
+        ("bronze.customer_changes", None, "only appends rows"),
+        (
+            "gold.customer_count",
+            {"from": SCD1, "output_mode": "complete", "aggregate": {"group_by": ["id"], "measures": {"n": "count(*)"}}},
+            "is rewritten whole by each batch",
+        ),
+    ],
+)
+def test_a_change_feed_is_read_only_from_a_table_updated_in_place_one_row_per_key(tmp_path, upstream, add, message):
+    def mutate(spec):
+        if add:
+            spec["tables"][upstream] = add
+        reads_feed_of(upstream)(spec)
+
+    lines = problems(tmp_path, mutate)
+    assert any("tables.silver.customer_mirror.cdc.change_feed:" in line and message in line for line in lines), lines
+
+
+def test_a_join_with_a_cdc_table_is_refused_even_beside_a_change_feed(tmp_path):
+    def joins(spec):
+        spec["tables"]["silver.orders"] = {
+            "from": "bronze.customer_changes",
+            "watermark": {"column": "_ingested_at", "delay": "1 hour"},
+            "join": {"with": SCD1, "using": ["id"], "watermark": "1 hour", "time_range": "1 hour"},
+        }
+
+    lines = problems(tmp_path, joins)
+    assert any("tables.silver.orders.join.with: silver.customers applies a change feed" in line for line in lines)
 
 
 def test_scd_type_true_is_no_scd_type(tmp_path):
@@ -127,7 +200,12 @@ def test_scd_type_true_is_no_scd_type(tmp_path):
 
 @pytest.mark.parametrize(
     "change",
-    [{"sequence_by": "seq"}, {"apply_as_deletes": "op IN ('D', 'X')"}, {"scd_type": 2}, {"keys": ["id", "name"]}],
+    [
+        {"sequence_by": "seq"},
+        {"apply_as_deletes": "op IN ('D', 'X')"},
+        {"scd_type": 2},
+        {"keys": ["id", "name"]},
+    ],
 )
 def test_a_changed_cdc_block_is_a_change_the_checkpoint_cannot_follow(tmp_path, change):
     """The change store holds events by the old keys, sequence and delete rule: the run asks for a full refresh."""
@@ -139,3 +217,14 @@ def test_a_changed_cdc_block_is_a_change_the_checkpoint_cannot_follow(tmp_path, 
     after = load(tmp_path, cdc_of(SCD1, **change)).tables[SCD1]
     changes = checkpoints.shape_changes(tmp_path, after)
     assert len(changes) == 1 and changes[0].startswith("cdc: "), changes
+
+
+def test_a_checkpoint_recorded_before_change_feed_existed_still_follows_its_table(tmp_path):
+    """Shapes recorded by CDC tables before `change_feed` was a field lack it: they read the appended rows."""
+    from millpond.lake import checkpoints
+
+    table = load(tmp_path).tables[SCD1]
+    recorded = checkpoints.shape(table)
+    del recorded["cdc"]["change_feed"]
+    (tmp_path / checkpoints.SHAPE_FILE).write_text(json.dumps(recorded))
+    assert checkpoints.shape_changes(tmp_path, table) == []
