@@ -35,6 +35,7 @@ from millpond.driver.file_formats.columns import (
 from millpond.driver.speedups import JSON_FUNCTIONS
 from millpond.lake import checkpoints, paths, storage
 from millpond.lake.delta_log import latest_version as delta_version
+from millpond.lake.delta_log import table_properties
 from millpond.lake.paths import LakePath
 from millpond.spec import (
     CHANGE_TYPE,
@@ -150,7 +151,7 @@ def schema_of(ddl: str) -> StructType:
 
 def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline: Pipeline | None = None) -> DataFrame:
     """An upstream table's new rows (an append table's with `skipChangeCommits`: Pipeline.skips_change_commits),
-    or its change data feed's new changes where the table applies that feed (Pipeline.reads_change_feed).
+    or its change data feed's new changes where the table applies that feed (Table.reads_change_feed).
 
     A complete-mode table on a new checkpoint (its first run, a full refresh, a reprocess's rebuild) reads the whole
     upstream in one batch, whatever its rate limit and Delta's default of 1,000 files per batch: each batch
@@ -160,7 +161,7 @@ def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline
     if pipeline is not None and table.output_mode == "complete" and not checkpoints.has_batches(pipeline, table):
         options = {"maxFilesPerTrigger": str(WHOLE_SNAPSHOT_FILES)}
     reader = spark.readStream.format("delta").options(**options)
-    if pipeline is not None and pipeline.reads_change_feed(table, upstream):
+    if table.reads_change_feed(upstream):
         rows = reader.option("readChangeFeed", "true").load(str(paths.table_path(upstream)))
         return rows.where(F.col(CHANGE_TYPE) != "update_preimage")  # an update's old row is not an event
     if pipeline is not None and pipeline.skips_change_commits(table, upstream):
@@ -168,18 +169,19 @@ def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline
     return reader.load(str(paths.table_path(upstream)))
 
 
-def record_changes_upstream(spark: SparkSession, table: Table) -> None:
+def enable_change_feed_upstream(spark: SparkSession, table: Table) -> None:
     """Turn on Delta's change data feed on the upstream a table reads it from, if it is off, before the table's
     query starts. A new stream of the feed reads the upstream's current rows first (as inserts, at the version it
     starts at), then each later commit's changes, which Delta records only while the property is on: set here,
     it is on for every commit the stream reads after that first snapshot. One commit, once per upstream table
-    (again after a full refresh recreates it); a table that does not exist yet is left for the next run."""
-    if not (table.cdc and table.cdc.change_feed) or delta_version(paths.table_path(table.source)) < 0:
+    (again after a full refresh recreates it); read from the log first, so a run whose upstream has it asks Spark
+    nothing. A table that does not exist yet is left for the run that finds it."""
+    upstream = paths.table_path(table.source)
+    if not (table.cdc and table.cdc.change_feed) or delta_version(upstream) < 0:
         return
-    location = f"delta.`{paths.table_path(table.source)}`"
-    shown = spark.sql(f"SHOW TBLPROPERTIES {location} ('{CHANGE_FEED_PROPERTY}')").collect()
-    if shown and str(shown[0]["value"]).lower() == "true":
+    if str(table_properties(upstream).get(CHANGE_FEED_PROPERTY, "")).lower() == "true":
         return
+    location = "delta.`" + str(upstream).replace("`", "``") + "`"
     spark.sql(f"ALTER TABLE {location} SET TBLPROPERTIES ('{CHANGE_FEED_PROPERTY}' = 'true')")
 
 

@@ -113,7 +113,7 @@ def run_table(
         checkpoints.verify(pipeline, table, rebuild=full_refresh)
         if table.cdc and table.cdc.change_feed:
             lease.fence(pipeline.name)  # an object-store lake: still the pipeline's one writer before a commit
-            sources.record_changes_upstream(spark, table)  # before the fingerprint: it may add an upstream version
+            sources.enable_change_feed_upstream(spark, table)  # before the fingerprint: it may add an upstream version
         fingerprint = checkpoints.input_fingerprint(pipeline, table)
         previous = checkpoints.nothing_new(pipeline, table, fingerprint)
         if previous is not None:  # the query would find nothing: skip its start (seconds per table, B5)

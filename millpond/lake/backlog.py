@@ -35,6 +35,9 @@ from millpond.spec.environment import resolve_setting
 
 DELTA_DEFAULT_MAX_FILES = 1000  # Delta's maxFilesPerTrigger when none is set
 BASE_INDEX = -1  # a Delta source offset's index before a version's first file
+# How a table's stream reads its upstream's commits (_version_files): each commit's added files; none of a commit
+# that removes data (`skipChangeCommits`); or the upstream's change data feed.
+ROWS, ROWS_SKIPPING_CHANGES, CHANGE_FEED = "rows", "rows, skipping commits that remove data", "change feed"
 
 
 @dataclass
@@ -160,21 +163,21 @@ def _delta_waiting(pipeline: Pipeline, table: Table, upstream: str, state: _Chec
     committed = _offset_for(state.committed, table_id)
     planned = _offset_for(state.planned, table_id)
     # millpond.driver.sources reads a join's `with` side as it reads `from`
-    skip_changes = pipeline.skips_change_commits(table, upstream)
+    reading = ROWS_SKIPPING_CHANGES if pipeline.skips_change_commits(table, upstream) else ROWS
+    if table.reads_change_feed(upstream):
+        reading = CHANGE_FEED
     if committed is None and planned is not None:  # a first batch planned, not committed: replayed from its snapshot
-        files = _after_offset(
-            location, {**planned, "index": BASE_INDEX, "isStartingVersion": True}, newest, skip_changes
-        )
+        files = _after_offset(location, {**planned, "index": BASE_INDEX, "isStartingVersion": True}, newest, reading)
         whole = table.output_mode == "complete"
     elif committed is None:  # a new checkpoint: Delta reads the snapshot at the newest version, then what follows
         files = [(newest, size, rows) for size, rows in _snapshot_files(location, newest)]
         whole = table.output_mode == "complete"  # millpond.driver.sources reads it in one batch
     else:
-        files = _after_offset(location, committed, newest, skip_changes)
+        files = _after_offset(location, committed, newest, reading)
         whole = False
     replayed = 0
     if planned is not None:
-        replayed = max(0, len(files) - len(_after_offset(location, planned, newest, skip_changes)))
+        replayed = max(0, len(files) - len(_after_offset(location, planned, newest, reading)))
     limit = table.rate_limit
     max_bytes = _bytes(limit.max_bytes_per_trigger)
     # Delta's admission: 1,000 files a batch unless a limit is set (a byte limit alone sets no file cap)
@@ -289,22 +292,26 @@ def _offset_for(entry: list[dict] | None, table_id: str | None) -> dict | None:
     return None
 
 
-def _after_offset(location: LakePath, offset: dict, newest: int, skip_changes: bool) -> list[tuple[int, int, int]]:
+def _after_offset(location: LakePath, offset: dict, newest: int, reading: str) -> list[tuple[int, int, int]]:
     """(version, bytes, rows) of each data file a Delta source reads after `offset`, in its order."""
     version, index = int(offset["reservoirVersion"]), int(offset.get("index", BASE_INDEX))
     if offset.get("isStartingVersion"):
         first = [(version, size, rows) for size, rows in _snapshot_files(location, version)][
             max(index, BASE_INDEX) + 1 :
         ]
-        return first + _version_files(location, version + 1, newest, skip_changes)
-    files = _version_files(location, version, newest, skip_changes)
+        return first + _version_files(location, version + 1, newest, reading)
+    files = _version_files(location, version, newest, reading)
     if index < 0:  # BASE_INDEX, or a newer Delta's markers before a version's first file (schema tracking)
         return files
     # Part of `version` was read: its files up to `index` (Delta's END_INDEX, past the last, means all of them)
     return [f for f in files if f[0] == version][index + 1 :] + [f for f in files if f[0] != version]
 
 
-def _version_files(location: LakePath, first: int, last: int, skip_changes: bool) -> list[tuple[int, int, int]]:
+def _version_files(location: LakePath, first: int, last: int, reading: str) -> list[tuple[int, int, int]]:
+    """(version, bytes, rows) of each file a stream of the upstream reads in versions first..last, `reading` its
+    commits as ROWS (the files each added), ROWS_SKIPPING_CHANGES (none of a commit that removes data) or
+    CHANGE_FEED (a commit's change files, `cdc`, where it has any: Delta writes no row counts for them; else the
+    files it added and removed, as Delta's change data feed reads them)."""
     found = []
     for version in range(first, last + 1):
         actions = [
@@ -313,12 +320,16 @@ def _version_files(location: LakePath, first: int, last: int, skip_changes: bool
             if line.strip()
         ]
         removes = any(a.get("remove", {}).get("dataChange", True) for a in actions if "remove" in a)
-        if skip_changes and removes:
+        if reading == ROWS_SKIPPING_CHANGES and removes:
             continue
+        kinds: tuple[str, ...] = ("add",)
+        if reading == CHANGE_FEED:
+            kinds = ("cdc",) if any("cdc" in a for a in actions) else ("add", "remove")
         for action in actions:
-            add = action.get("add")
-            if add and add.get("dataChange", True):
-                found.append((version, int(add["size"]), file_rows(add.get("stats"))))
+            for kind in kinds:
+                change = action.get(kind)
+                if change and (kind == "cdc" or change.get("dataChange", True)):
+                    found.append((version, int(change.get("size") or 0), file_rows(change.get("stats"))))
     return found
 
 

@@ -91,6 +91,33 @@ def _commit_versions(log: LakePath) -> list[int]:
     return [int(p.name[:20]) for p in log.glob("*.json") if len(p.name) == 25 and p.name[:20].isdigit()]
 
 
+def table_properties(path: LakePath | str) -> dict[str, str]:
+    """The table's properties (its newest `metaData` action's `configuration`; {} for no table): the newest commit
+    after the last checkpoint that changed them, else the checkpoint's."""
+    log = as_lake_path(path) / "_delta_log"
+    if not log.is_dir():
+        return {}
+    start = -1
+    last_checkpoint = log / "_last_checkpoint"
+    if last_checkpoint.exists():
+        start = json.loads(last_checkpoint.read_text())["version"]
+    for version in sorted((v for v in _commit_versions(log) if v > start), reverse=True):
+        for line in (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
+            if '"metaData"' in line and "metaData" in (action := json.loads(line)):
+                return dict(action["metaData"].get("configuration") or {})
+    if start < 0:
+        return {}
+    import pyarrow.parquet as pq  # only tables with 10+ commits have a checkpoint
+
+    parts: list[LakePath] = list(log.glob(f"{start:020d}.checkpoint*.parquet"))
+    for part in sorted(parts, key=str):
+        with part.open("rb") as handle:
+            for entry in pq.read_table(handle, columns=["metaData"]).column("metaData").to_pylist():
+                if entry:
+                    return dict(entry.get("configuration") or {})
+    return {}
+
+
 def committed_batch_in(path: LakePath | str, after: int, app_id: str, batch_id: int) -> bool:
     """Whether a commit after version `after` carries Delta's `txn` action for this app and batch: how a writer
     learns that its own write committed (Delta records even an empty append that has one) and was not skipped as a

@@ -322,6 +322,11 @@ class Table:
         """An update-mode aggregate or stateful function: each batch's rows are MERGEd into the table on `keys`."""
         return self.output_mode == "update" and (self.aggregate is not None or self.stateful is not None)
 
+    def reads_change_feed(self, upstream: str) -> bool:
+        """Whether this table reads the upstream's Delta change data feed (`cdc: {change_feed: true}`, its `from:`)
+        rather than its rows."""
+        return self.cdc is not None and self.cdc.change_feed and upstream == self.source
+
     @property
     def query_output_mode(self) -> str:
         """The mode Spark runs: update on a dedup-only table emits exactly what append does, so run append."""
@@ -384,18 +389,13 @@ class Pipeline:
     def layer_tables(self, layer: str) -> list[str]:
         return [t.id for t in self.tables.values() if t.layer == layer]
 
-    def reads_change_feed(self, table: Table, upstream: str) -> bool:
-        """Whether the table reads this upstream's Delta change data feed (`cdc: {change_feed: true}`, its `from:`)
-        rather than its rows."""
-        return table.cdc is not None and table.cdc.change_feed and upstream == table.source
-
     def skips_change_commits(self, table: Table, upstream: str) -> bool:
         """Whether the table's stream of this upstream skips commits that remove rows (`skipChangeCommits`): an
         append-only table of the pipeline read as rows. Its only such commits are a reprocess's slice replacements
         (millpond.driver.reprocess), which replace the reader's slice too: read, they would count an interval
         twice."""
         source = self.tables.get(upstream)
-        if source is None or self.reads_change_feed(table, upstream):
+        if source is None or table.reads_change_feed(upstream):
             return False
         return source.output_mode != "complete" and not source.merges
 

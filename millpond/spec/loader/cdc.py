@@ -15,7 +15,7 @@ from millpond.spec.model import (
     Table,
 )
 
-# A `cdc:` block's fields (name -> required), Lakeflow's AUTO CDC names.
+# A `cdc:` block's fields (name -> required): Lakeflow's AUTO CDC names, and `change_feed` (Delta's readChangeFeed).
 CDC_FIELDS = {
     "keys": True,
     "sequence_by": False,  # required unless change_feed (its default: the upstream's commit version)
@@ -68,14 +68,14 @@ def cdc(check: SpecCheck, where: str, raw: Any) -> Cdc | None:
         if not kept:
             except_columns = (*except_columns, *(c for c in CHANGE_FEED_COLUMNS if c not in except_columns))
     return Cdc(
-        keys,
-        sequence_by,
-        deletes if isinstance(deletes, str) else None,
-        except_columns,
-        kept,
-        scd_type,
-        tracked,
-        change_feed,
+        keys=keys,
+        sequence_by=sequence_by,
+        apply_as_deletes=deletes if isinstance(deletes, str) else None,
+        except_columns=except_columns,
+        columns=kept,
+        scd_type=scd_type,
+        track_history_columns=tracked,
+        change_feed=change_feed,
     )
 
 
@@ -94,6 +94,13 @@ def cdc_rules(check: SpecCheck, where: str, table: Table) -> None:
     for name, present, fix in refusals:
         if present:
             check.problem(f"{where}.{name}", "a table applying a change feed cannot have this too", f"{fix}")
+    if cdc.change_feed and table.transform:
+        check.problem(
+            f"{where}.transform",
+            "a table applying another table's change data feed cannot transform it: a filter would keep a row "
+            "whose update it drops, a rename would move its keys",
+            "choose the columns kept with cdc.columns, or transform in the table this one reads",
+        )
     if table.output_mode != "append":
         check.problem(
             f"{where}.output_mode",
@@ -108,7 +115,11 @@ def cdc_rules(check: SpecCheck, where: str, table: Table) -> None:
         )
     if not table.sink.is_delta:
         check.problem(f"{where}.sink", "changes are MERGEd, which only a Delta table takes", "drop the sink")
-    cdc_where = f"{where}.cdc"
+    cdc_column_rules(check, f"{where}.cdc", cdc)
+
+
+def cdc_column_rules(check: SpecCheck, cdc_where: str, cdc: Cdc) -> None:
+    """Keys and tracked columns are kept, tracked columns are not keys, and no name is one the table adds."""
     for name in (*cdc.keys, *cdc.track_history_columns):
         if name in cdc.except_columns:
             check.problem(f"{cdc_where}.except_columns", f"{name!r} is a key or a tracked column", f"keep {name!r}")

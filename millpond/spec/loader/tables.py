@@ -138,17 +138,23 @@ def suite_rules(check: SpecCheck, where: str, table: Table) -> None:
 def cdc_upstream_rules(check: SpecCheck, tables: dict[str, Table], table: Table) -> None:
     """A table applying a change feed updates and deletes its rows in place; a stream of its appended rows (how a
     table reads another) would skip those commits, so only a CDC table reading its change feed (`change_feed: true`)
-    may read one. That feed, in turn, is read only from a table updated in place one row per key (docs/cdc.md)."""
+    may read one. That feed, in turn, is read only from an SCD 1 table, on its keys (docs/cdc.md)."""
     reads_feed = table.cdc is not None and table.cdc.change_feed
     for read in table.upstreams:
         if read in tables and tables[read].cdc and read != table.id and not (reads_feed and read == table.source):
             field = "from" if read == table.source else "join.with"
+            read_table = tables[read]
+            could_apply_feed = field == "from" and not (table.aggregate or table.join or table.stateful)
+            feed = (
+                f"apply its change data feed in a table with 'cdc: {{change_feed: true, keys: {list(read_table.keys)}}}', "
+                if could_apply_feed and change_feed_refusal(read_table) is None
+                else ""
+            )
             check.problem(
                 f"tables.{table.id}.{field}",
                 f"{read} applies a change feed: its rows are updated and deleted in place, and a stream of it "
                 "would skip those commits",
-                f"apply its change data feed in a table with 'cdc: {{change_feed: true, keys: [...]}}', read "
-                f"{tables[read].source} (the events {read} applies), or query {read} in batch",
+                f"{feed}read {read_table.source} (the events {read} applies), or query {read} in batch",
             )
     upstream = tables.get(table.source)
     if reads_feed and upstream is not None:
@@ -157,18 +163,31 @@ def cdc_upstream_rules(check: SpecCheck, tables: dict[str, Table], table: Table)
             check.problem(
                 f"tables.{table.id}.cdc.change_feed",
                 f"{upstream.id} {why}",
-                "read the change feed of an SCD 1 table or of an update-mode table with keys, or drop change_feed",
+                "read the change feed of an SCD 1 table (a `cdc:` table with scd_type 1), or drop change_feed",
+            )
+        elif table.cdc and {k.lower() for k in table.cdc.keys} != {k.lower() for k in upstream.keys}:
+            check.problem(
+                f"tables.{table.id}.cdc.keys",
+                f"{list(table.cdc.keys)} are not the keys of {upstream.id}, {list(upstream.keys)}: an update of "
+                "another key column would leave the old row behind, and two rows of one key in one commit clash",
+                f"use keys: {list(upstream.keys)}",
             )
 
 
 def change_feed_refusal(upstream: Table) -> str | None:
-    """Why a table's change data feed cannot be applied as one event per key and commit, or None."""
-    if upstream.cdc and upstream.cdc.scd_type == 2:
-        return "keeps one row per version (SCD 2): its feed has several rows of one key in one commit"
-    if upstream.cdc or upstream.merges:
+    """Why a table's change data feed cannot be applied as at most one event per key and commit, or None: only an
+    SCD 1 table's MERGE touches each key at most once per commit and never holds a null key."""
+    if upstream.cdc and upstream.cdc.scd_type == 1:
         return None
+    if upstream.cdc:
+        return "keeps one row per version (SCD 2): its feed has several rows of one key in one commit"
     if upstream.output_mode == "complete":
         return "is rewritten whole by each batch: its feed would say every row was deleted and inserted again"
+    if upstream.merges:
+        return (
+            "is MERGEd from an aggregate or stateful function, whose batch may hold several rows or a null in its "
+            "keys (not supported yet)"
+        )
     return "only appends rows: its change feed holds nothing its rows do not (read it without change_feed)"
 
 

@@ -141,13 +141,13 @@ def test_a_first_batch_planned_and_never_committed_is_replayed_from_its_own_snap
     assert (waiting["files"], waiting["rows"], waiting["replayed_batch"], waiting["batches"]) == (3, 3, True, 2)
 
 
-def test_a_change_feed_reader_waits_for_the_commits_an_append_reader_would_skip(lake):
-    """A table applying silver.customers' change data feed reads its MERGE commits (which remove the files they
-    rewrite): such a commit is waiting for it, with the files it added."""
-    spec = write_spec(lake.parent, CHANGE_FEED_SPEC)
-    pipeline = load_pipeline(spec, lake_root=lake)
+def test_a_change_feed_reader_waits_for_each_commit_s_change_files(lake):
+    """A table applying silver.customers' change data feed reads the change files (`cdc`) of its MERGE and DELETE
+    commits, which an append reader would skip (they remove files): those are waiting, not the files rewritten."""
+    pipeline = load_pipeline(write_spec(lake.parent, CHANGE_FEED_SPEC), lake_root=lake)
     upstream = str(paths.table_path(SCD1))
-    write_deltalake(upstream, pa.table({"id": pa.array([1], pa.int64())}))
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "email": ["a@x", "b@x"]})
+    write_deltalake(upstream, rows, configuration={"delta.enableChangeDataFeed": "true"})
     folder = paths.checkpoint_path("customers", MIRROR)
     (folder / "offsets").mkdir(parents=True)
     (folder / "commits").mkdir()
@@ -161,7 +161,18 @@ def test_a_change_feed_reader_waits_for_the_commits_an_append_reader_would_skip(
         "isStartingVersion": False,
     }
     (folder / "offsets" / "0").write_text("v1\n" + json.dumps({"batchWatermarkMs": 0}) + "\n" + json.dumps(offset))
-    (folder / "commits" / "0").write_text("v1\n{}")
-    write_deltalake(upstream, pa.table({"id": pa.array([1, 2], pa.int64())}), mode="overwrite")  # removes v0's file
+    (folder / "commits" / "0").write_text("v1\n{}")  # version 0 read, 1 next
+    update = pa.table({"id": pa.array([1], pa.int64()), "email": ["z@x"]})
+    DeltaTable(upstream).merge(
+        update, "t.id = s.id", source_alias="s", target_alias="t"
+    ).when_matched_update_all().execute()
+    DeltaTable(upstream).delete("id = 2")
+    change_files = [
+        json.loads(line)["cdc"]
+        for version in (1, 2)
+        for line in (paths.table_path(SCD1) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+        if '"cdc"' in line
+    ]
     (waiting,) = pipeline_backlog(pipeline, tables=[MIRROR])
-    assert (waiting.files, waiting.rows, waiting.versions) == (1, 2, 1)
+    assert (waiting.files, waiting.versions) == (len(change_files), 2) == (2, 2)
+    assert waiting.bytes == sum(c["size"] for c in change_files)

@@ -104,21 +104,32 @@ def test_a_reprocess_of_a_cdc_table_is_refused_naming_why_and_the_full_refresh(t
     assert f"--full-refresh {SCD1}" in str(caught.value)
 
 
-def test_a_table_reading_a_cdc_table_is_refused_naming_the_events_to_read_instead(tmp_path):
-    def reads_scd1(spec):
-        spec["tables"]["gold.customer_count"] = {
-            "from": SCD1,
-            "output_mode": "complete",
-            "aggregate": {"group_by": [], "measures": {"customers": "count(*)"}},
-        }
+@pytest.mark.parametrize(
+    ("reader", "offers_the_feed"),
+    [
+        (
+            {
+                "from": SCD1,
+                "output_mode": "complete",
+                "aggregate": {"group_by": [], "measures": {"customers": "count(*)"}},
+            },
+            False,  # an aggregate cannot apply a change feed
+        ),
+        ({"from": SCD1}, True),
+        ({"from": SCD2}, False),  # an SCD 2 table's feed is refused
+    ],
+)
+def test_a_table_reading_a_cdc_table_is_refused_naming_what_to_read_instead(tmp_path, reader, offers_the_feed):
+    def reads_cdc_table(spec):
+        spec["tables"]["gold.customer_view"] = reader
 
-    lines = problems(tmp_path, reads_scd1)
-    assert any(
-        "tables.gold.customer_count.from: silver.customers applies a change feed" in line
-        and "Fix: apply its change data feed in a table with 'cdc: {change_feed: true" in line
-        and "read bronze.customer_changes" in line
-        for line in lines
-    ), lines
+    lines = problems(tmp_path, reads_cdc_table)
+    (refusal,) = [line for line in lines if "tables.gold.customer_view.from:" in line]
+    assert f"{reader['from']} applies a change feed" in refusal
+    assert "read bronze.customer_changes (the events" in refusal
+    assert ("apply its change data feed in a table with 'cdc: {change_feed: true, keys: ['id']}'" in refusal) is (
+        offers_the_feed
+    )
 
 
 def reads_feed_of(upstream: str, **cdc):
@@ -163,6 +174,16 @@ def test_a_sequence_is_required_unless_the_change_feed_gives_it(tmp_path):
     ("upstream", "add", "message"),
     [
         (SCD2, None, "keeps one row per version (SCD 2)"),
+        (
+            "silver.customer_counts",
+            {
+                "from": "bronze.customer_changes",
+                "output_mode": "update",
+                "watermark": {"column": "_ingested_at", "delay": "1 hour"},
+                "aggregate": {"group_by": ["id"], "measures": {"n": "count(*)"}},
+            },
+            "is MERGEd from an aggregate or stateful function",
+        ),
         ("bronze.customer_changes", None, "only appends rows"),
         (
             "gold.customer_count",
@@ -181,7 +202,7 @@ def test_a_change_feed_is_read_only_from_a_table_updated_in_place_one_row_per_ke
     assert any("tables.silver.customer_mirror.cdc.change_feed:" in line and message in line for line in lines), lines
 
 
-def test_a_join_with_a_cdc_table_is_refused_even_beside_a_change_feed(tmp_path):
+def test_a_join_with_a_cdc_table_is_refused_and_offers_no_change_feed(tmp_path):
     def joins(spec):
         spec["tables"]["silver.orders"] = {
             "from": "bronze.customer_changes",
@@ -190,7 +211,8 @@ def test_a_join_with_a_cdc_table_is_refused_even_beside_a_change_feed(tmp_path):
         }
 
     lines = problems(tmp_path, joins)
-    assert any("tables.silver.orders.join.with: silver.customers applies a change feed" in line for line in lines)
+    (refusal,) = [line for line in lines if "tables.silver.orders.join.with:" in line]
+    assert "silver.customers applies a change feed" in refusal and "change_feed" not in refusal
 
 
 def test_scd_type_true_is_no_scd_type(tmp_path):
@@ -228,3 +250,32 @@ def test_a_checkpoint_recorded_before_change_feed_existed_still_follows_its_tabl
     del recorded["cdc"]["change_feed"]
     (tmp_path / checkpoints.SHAPE_FILE).write_text(json.dumps(recorded))
     assert checkpoints.shape_changes(tmp_path, table) == []
+
+
+@pytest.mark.parametrize(
+    ("cdc", "field", "message"),
+    [
+        ({"keys": ["email"]}, "cdc.keys", "['email'] are not the keys of silver.customers, ['id']"),
+        ({"keys": ["id", "email"]}, "cdc.keys", "are not the keys of silver.customers"),
+    ],
+)
+def test_a_change_feed_is_applied_on_its_upstream_s_keys(tmp_path, cdc, field, message):
+    lines = problems(tmp_path, reads_feed_of(SCD1, **cdc))
+    assert any(f"tables.silver.customer_mirror.{field}:" in line and message in line for line in lines), lines
+
+
+def test_a_change_feed_reader_has_no_transform(tmp_path):
+    def transformed(spec):
+        reads_feed_of(SCD1)(spec)
+        spec["tables"]["silver.customer_mirror"]["transform"] = {"sql": "SELECT * FROM source WHERE name = 'x'"}
+
+    lines = problems(tmp_path, transformed)
+    assert any(
+        "tables.silver.customer_mirror.transform:" in line and "a filter would keep a row whose update it drops" in line
+        for line in lines
+    ), lines
+
+
+def test_a_change_feed_reader_on_the_upstream_s_keys_in_another_case_loads(tmp_path):
+    mirror = load(tmp_path, reads_feed_of(SCD1, keys=["ID"])).tables["silver.customer_mirror"]
+    assert mirror.reads_change_feed(SCD1) and not mirror.reads_change_feed("bronze.customer_changes")
