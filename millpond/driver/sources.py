@@ -34,8 +34,8 @@ from millpond.driver.file_formats.columns import (
 )
 from millpond.driver.speedups import JSON_FUNCTIONS
 from millpond.lake import checkpoints, paths, storage
+from millpond.lake.delta_log import CHANGE_FEED_PROPERTY, change_feed_on
 from millpond.lake.delta_log import latest_version as delta_version
-from millpond.lake.delta_log import table_properties
 from millpond.lake.paths import LakePath
 from millpond.spec import (
     CHANGE_TYPE,
@@ -67,8 +67,6 @@ MAX_LINE_BYTES = 1024 * 1024
 ADDABLE_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # `_name` is millpond's (`_ingested_at`, ...)
 # Files per batch that a complete-mode table's first batch reads: all of them (Delta's largest; its default is 1,000).
 WHOLE_SNAPSHOT_FILES = 2**31 - 1
-# The Delta table property that makes Delta record each commit's row changes (its change data feed).
-CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
 # Where each message of a Kafka source came from, kept in bronze next to the value's fields.
 KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 
@@ -179,7 +177,7 @@ def enable_change_feed_upstream(spark: SparkSession, table: Table) -> None:
     upstream = paths.table_path(table.source)
     if not (table.cdc and table.cdc.change_feed) or delta_version(upstream) < 0:
         return
-    if str(table_properties(upstream).get(CHANGE_FEED_PROPERTY, "")).lower() == "true":
+    if change_feed_on(upstream):
         return
     location = "delta.`" + str(upstream).replace("`", "``") + "`"
     spark.sql(f"ALTER TABLE {location} SET TBLPROPERTIES ('{CHANGE_FEED_PROPERTY}' = 'true')")

@@ -1,4 +1,5 @@
-"""Read a Delta table's size from its transaction log without a JVM (status, demo output, Airflow summaries).
+"""Read a Delta table's size and properties from its transaction log without a JVM (status, demo output, Airflow
+summaries, whether its change data feed is on before a run or a preview asks Spark).
 
 Replays the newest checkpoint (parquet) plus the JSON commits after it and sums `numRecords` from the
 per-file statistics Delta writes with every added file.
@@ -10,6 +11,14 @@ import json
 from dataclasses import dataclass
 
 from millpond.lake.paths import LakePath, as_lake_path
+
+# The table property that makes Delta record each commit's row changes (its change data feed, `readChangeFeed`).
+CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
+
+
+def change_feed_on(path: LakePath | str) -> bool:
+    """Whether Delta records the table's changes now (a reader of its feed needs that for every version it reads)."""
+    return str(table_properties(path).get(CHANGE_FEED_PROPERTY, "")).lower() == "true"
 
 
 @dataclass(frozen=True)
