@@ -11,7 +11,8 @@ The checkpoint already holds the answer's other half: what the last committed ba
   (`reservoirVersion`, `index`), matched by the table's id (`reservoirId`), with their bytes and rows (each file's
   statistics). A commit the stream skips (`skipChangeCommits` on an append-only upstream, a commit that removes
   data) is not waiting; nor is one that changes no data (OPTIMIZE's rewrite). A reader of the upstream's change
-  feed (`cdc: {change_feed: true}`) skips none: a MERGE's commit waits with the files it rewrote.
+  feed (`cdc: {change_feed: true}`) skips none: a commit waits with its change files (`cdc`), else with the files
+  it added and removed.
 - A Kafka source: the records between the last committed batch's offsets and each partition's end, asked of the
   broker with librdkafka (confluent-kafka), no JVM; a broker that does not answer within seconds is said, not
   waited for.
