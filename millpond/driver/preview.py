@@ -134,7 +134,7 @@ def missing_input(pipeline: Pipeline, table: Table) -> str | None:
                 f"{table.id} reads {upstream}, which has no data yet. Fix: millpond run {pipeline.name} "
                 f"--tables {upstream}"
             )
-    if table.cdc and table.cdc.change_feed and not change_feed_on(paths.table_path(table.source)):
+    if table.reads_change_feed(table.source) and not change_feed_on(paths.table_path(table.source)):
         return (  # Delta has no changes to show for versions written before it (DELTA_MISSING_CHANGE_DATA)
             f"{table.id} reads {table.source}'s change data feed, which is not on yet: the table's first run turns "
             f"it on. Fix: millpond run {pipeline.name} --tables {table.id}"

@@ -175,7 +175,7 @@ def enable_change_feed_upstream(spark: SparkSession, table: Table) -> None:
     (again after a full refresh recreates it); read from the log first, so a run whose upstream has it asks Spark
     nothing. A table that does not exist yet is left for the run that finds it."""
     upstream = paths.table_path(table.source)
-    if not (table.cdc and table.cdc.change_feed) or delta_version(upstream) < 0:
+    if not table.reads_change_feed(table.source) or delta_version(upstream) < 0:
         return
     if change_feed_on(upstream):
         return

@@ -111,7 +111,7 @@ def run_table(
     error = None
     try:
         checkpoints.verify(pipeline, table, rebuild=full_refresh)
-        if table.cdc and table.cdc.change_feed:
+        if table.reads_change_feed(table.source):
             lease.fence(pipeline.name)  # an object-store lake: still the pipeline's one writer before a commit
             sources.enable_change_feed_upstream(spark, table)  # before the fingerprint: it may add an upstream version
         fingerprint = checkpoints.input_fingerprint(pipeline, table)

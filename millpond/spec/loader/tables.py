@@ -139,7 +139,7 @@ def cdc_upstream_rules(check: SpecCheck, tables: dict[str, Table], table: Table)
     """A table applying a change feed updates and deletes its rows in place; a stream of its appended rows (how a
     table reads another) would skip those commits, so only a CDC table reading its change feed (`change_feed: true`)
     may read one. That feed, in turn, is read only from an SCD 1 table, on its keys (docs/cdc.md)."""
-    reads_feed = table.cdc is not None and table.cdc.change_feed
+    reads_feed = table.reads_change_feed(table.source)
     for read in table.upstreams:
         if read in tables and tables[read].cdc and read != table.id and not (reads_feed and read == table.source):
             field = "from" if read == table.source else "join.with"
