@@ -125,7 +125,7 @@ def _pending_delta_bytes(pipeline: Pipeline, table: Table) -> int | None:
     if table.reads_kafka or len(table.upstreams) != 1:
         return None
     offsets = checkpoints.log_files(paths.checkpoint_path(pipeline.name, table.id) / "offsets")
-    upstream = paths.table_path(table.upstreams[0])
+    upstream = paths.upstream_path(pipeline, table.upstreams[0])
     try:
         read_from = json.loads(offsets[-1].read_text(encoding="utf-8").splitlines()[2])["reservoirVersion"]
         return bytes_added(upstream, read_from - 1, latest_version(upstream))

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from millpond.lake import paths
-from millpond.lake.delta_log import change_feed_on, latest_version
+from millpond.lake.delta_log import CHANGE_FEED_PROPERTY, change_feed_on, latest_version
 from millpond.spec import (
     FileSource,
+    KafkaSource,
     Pipeline,
     RateLimit,
     SpecError,
@@ -128,16 +129,32 @@ def missing_input(pipeline: Pipeline, table: Table) -> str | None:
         if not folder.is_dir():
             return f"{table.id} reads {table.source}, whose folder {folder} does not exist yet. Fix: land files there"
         return None
+    if table.reads_delta_source:
+        return _delta_source_missing(pipeline, table)
     for upstream in table.upstreams:
         if latest_version(paths.table_path(upstream)) < 0:
             return (
                 f"{table.id} reads {upstream}, which has no data yet. Fix: millpond run {pipeline.name} "
                 f"--tables {upstream}"
             )
-    if table.reads_change_feed(table.source) and not change_feed_on(paths.table_path(table.source)):
+    if table.reads_change_feed(table.source) and change_feed_on(paths.table_path(table.source)) is False:
         return (  # Delta has no changes to show for versions written before it (DELTA_MISSING_CHANGE_DATA)
             f"{table.id} reads {table.source}'s change data feed, which is not on yet: the table's first run turns "
             f"it on. Fix: millpond run {pipeline.name} --tables {table.id}"
+        )
+    return None
+
+
+def _delta_source_missing(pipeline: Pipeline, table: Table) -> str | None:
+    """Why another job's Delta table cannot be previewed yet: it does not exist, or its owner has not turned its
+    change data feed on (millpond never does that for a table it does not write)."""
+    location = paths.upstream_path(pipeline, table.source)
+    if latest_version(location) < 0:
+        return f"{table.id} reads {table.source}, but {location} holds no Delta table yet. Fix: write it there first"
+    if change_feed_on(location) is False:
+        return (
+            f"{table.id} reads {table.source}'s change data feed, which is off at {location}. Fix: its owner sets "
+            f"TBLPROPERTIES ('{CHANGE_FEED_PROPERTY}' = 'true')"
         )
     return None
 
@@ -146,11 +163,12 @@ def small_batches(pipeline: Pipeline, table: Table, rows: int) -> tuple[Pipeline
     """The spec with its source read one file (or `rows` Kafka messages) per micro-batch: small batches, and a query
     that can stop early."""
     one = RateLimit(max_files_per_trigger=1)
-    if table.reads_kafka:
-        source = replace(pipeline.sources[table.source], rate_limit=RateLimit(max_offsets_per_trigger=rows))
+    source = pipeline.sources.get(table.source)
+    if isinstance(source, KafkaSource):
+        source = replace(source, rate_limit=RateLimit(max_offsets_per_trigger=rows))
         return replace(pipeline, sources={**pipeline.sources, source.id: source}), table
-    if table.reads_landing:
-        source = replace(pipeline.sources[table.source], rate_limit=one)
+    if isinstance(source, FileSource):
+        source = replace(source, rate_limit=one)
         return replace(pipeline, sources={**pipeline.sources, source.id: source}), table
     return pipeline, replace(table, rate_limit=one)
 

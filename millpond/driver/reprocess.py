@@ -35,7 +35,7 @@ from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.paths import LakePath
 from millpond.lake.system_tables import open_table
 from millpond.runs.run_record import RunContext, TableResult
-from millpond.spec import FileSource, Pipeline, Table
+from millpond.spec import DeltaSource, FileSource, Pipeline, Table
 from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders, parse_interval, transform_verdict
 
 # Imported inside functions: the gate (and Great Expectations behind it) only for a gated table.
@@ -616,6 +616,7 @@ def _shape_for_drift(spark: SparkSession, pipeline: Pipeline, table: Table, good
     if sources.NEW_FIELDS not in good.columns:
         return good
     source = pipeline.sources[table.source]
+    assert not isinstance(source, DeltaSource)  # drift is a landing or Kafka source's policy
     existing = spark.read.format("delta").load(path).columns if delta_version(path) >= 0 else []
     return sources.apply_schema_drift(good, source, str(pipeline.spec_path), existing)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from millpond.driver import driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess, storage
 from millpond.lake.backlog import pipeline_backlog
+from millpond.lake.delta_log import latest_version
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import pipeline_lock
 from millpond.lake.lock_errors import LakeNotWritable, PipelineBusy
@@ -528,6 +529,10 @@ def nothing_to_read(pipeline: Pipeline, table: Table) -> str | None:
         why = _nothing_landed(pipeline, table.source)
         if why:
             return why
+    elif table.reads_delta_source:  # another job's table: it may not be written yet
+        location = paths.upstream_path(pipeline, table.source)
+        if latest_version(location) < 0:
+            return f"{table.source} has no Delta table at {location} yet"
     else:
         for upstream in table.upstreams:
             if upstream in pipeline.tables and file_sink_log.table_version(pipeline.tables[upstream]) < 0:

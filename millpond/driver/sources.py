@@ -38,7 +38,6 @@ from millpond.lake.delta_log import CHANGE_FEED_PROPERTY, change_feed_on
 from millpond.lake.delta_log import latest_version as delta_version
 from millpond.lake.paths import LakePath
 from millpond.spec import (
-    CHANGE_TYPE,
     GLOB_CHARACTERS,
     FileSource,
     KafkaSource,
@@ -147,38 +146,60 @@ def schema_of(ddl: str) -> StructType:
     return cast(StructType, StructType.fromDDL(ddl))
 
 
-def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline: Pipeline | None = None) -> DataFrame:
+def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline: Pipeline) -> DataFrame:
     """An upstream table's new rows (an append table's with `skipChangeCommits`: Pipeline.skips_change_commits),
     or its change data feed's new changes where the table applies that feed (Table.reads_change_feed).
 
     A complete-mode table on a new checkpoint (its first run, a full refresh, a reprocess's rebuild) reads the whole
     upstream in one batch, whatever its rate limit and Delta's default of 1,000 files per batch: each batch
     overwrites the table, so a rebuild in several would show readers partial totals until its last one, and keep
-    them if it stopped part-way."""
+    them if it stopped part-way.
+
+    A change feed's reader reads all that is new in one batch too: Delta admits a commit that records change files
+    whole, but derives the changes of one that does not (an overwrite, an append, a whole-file delete) from its added
+    and removed files, admitted file by file, and a key's delete and insert of one commit must meet in one batch
+    (millpond.driver.sinks.cdc.net_changes)."""
     options = table.rate_limit.reader_options()
-    if pipeline is not None and table.output_mode == "complete" and not checkpoints.has_batches(pipeline, table):
+    if table.output_mode == "complete" and not checkpoints.has_batches(pipeline, table):
+        options = {"maxFilesPerTrigger": str(WHOLE_SNAPSHOT_FILES)}
+    if table.reads_change_feed(upstream):  # whole commits (below): the loader refuses a rate limit here
         options = {"maxFilesPerTrigger": str(WHOLE_SNAPSHOT_FILES)}
     reader = spark.readStream.format("delta").options(**options)
+    location = str(paths.upstream_path(pipeline, upstream))
     if table.reads_change_feed(upstream):
-        rows = reader.option("readChangeFeed", "true").load(str(paths.table_path(upstream)))
-        return rows.where(F.col(CHANGE_TYPE) != "update_preimage")  # an update's old row is not an event
-    if pipeline is not None and pipeline.skips_change_commits(table, upstream):
+        # every change: an update's old row tells a key the update changed (millpond.driver.sinks.cdc.net_changes)
+        return reader.option("readChangeFeed", "true").load(location)
+    if pipeline.skips_change_commits(table, upstream):
         reader = reader.option("skipChangeCommits", "true")
-    return reader.load(str(paths.table_path(upstream)))
+    return reader.load(location)
 
 
-def enable_change_feed_upstream(spark: SparkSession, table: Table) -> None:
+class ChangeFeedOff(RuntimeError):
+    """A Delta source's owner has not turned its change data feed on: the run stops before reading, naming the fix."""
+
+
+def enable_change_feed_upstream(spark: SparkSession, pipeline: Pipeline, table: Table) -> None:
     """Turn on Delta's change data feed on the upstream a table reads it from, if it is off, before the table's
     query starts. A new stream of the feed reads the upstream's current rows first (as inserts, at the version it
     starts at), then each later commit's changes, which Delta records only while the property is on: set here,
     it is on for every commit the stream reads after that first snapshot. One commit, once per upstream table
     (again after a full refresh recreates it); read from the log first, so a run whose upstream has it asks Spark
-    nothing. A table that does not exist yet is left for the run that finds it."""
-    upstream = paths.table_path(table.source)
+    nothing. A table that does not exist yet is left for the run that finds it.
+
+    A Delta source is another job's table: millpond never alters it, and stops the run while its feed is off."""
+    upstream = paths.upstream_path(pipeline, table.source)
     if not table.reads_change_feed(table.source) or delta_version(upstream) < 0:
         return
-    if change_feed_on(upstream):
+    feed_on = change_feed_on(upstream)
+    if feed_on or (feed_on is None and table.reads_delta_source):  # unknown: Spark's read says, if it is off
         return
+    if table.reads_delta_source:
+        raise ChangeFeedOff(
+            f"{table.source} at {upstream} has its change data feed off, so Delta keeps no changes of its "
+            f"commits, and millpond never alters a table another job writes. Fix: its owner runs ALTER TABLE "
+            f"delta.`{upstream}` SET TBLPROPERTIES ('{CHANGE_FEED_PROPERTY}' = 'true') (or creates it with that "
+            f"property), then rerun; nothing of {table.id} was read or written"
+        )
     location = "delta.`" + str(upstream).replace("`", "``") + "`"
     spark.sql(f"ALTER TABLE {location} SET TBLPROPERTIES ('{CHANGE_FEED_PROPERTY}' = 'true')")
 

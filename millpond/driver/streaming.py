@@ -113,7 +113,8 @@ def run_table(
         checkpoints.verify(pipeline, table, rebuild=full_refresh)
         if table.reads_change_feed(table.source):
             lease.fence(pipeline.name)  # an object-store lake: still the pipeline's one writer before a commit
-            sources.enable_change_feed_upstream(spark, table)  # before the fingerprint: it may add an upstream version
+            # before the fingerprint: it may add an upstream version
+            sources.enable_change_feed_upstream(spark, pipeline, table)
         fingerprint = checkpoints.input_fingerprint(pipeline, table)
         previous = checkpoints.nothing_new(pipeline, table, fingerprint)
         if previous is not None:  # the query would find nothing: skip its start (seconds per table, B5)
@@ -135,7 +136,7 @@ def run_table(
         error = result.error or _first_line(exc)  # a message the batch writer left (schema drift) beats Spark's
         hint = storage_error_fix(str(exc)) or checkpoints.spark_error_fix(pipeline, table, str(exc))
         error = f"{error} -- {hint}" if hint else error
-    except (checkpoints.CheckpointProblem, sources.DimensionProblem) as exc:
+    except (checkpoints.CheckpointProblem, sources.DimensionProblem, sources.ChangeFeedOff) as exc:
         error = str(exc)
     except OSError as exc:  # our own checkpoint files (metadata, millpond.json) on a full or read-only lake
         error = f"{exc} -- {storage_error_fix(str(exc)) or 'storage error'}"

@@ -154,7 +154,7 @@ def _files_waiting(pipeline: Pipeline, table: Table, source: FileSource, state: 
 
 
 def _delta_waiting(pipeline: Pipeline, table: Table, upstream: str, state: _Checkpoint) -> Waiting:
-    location = paths.table_path(upstream)
+    location = paths.upstream_path(pipeline, upstream)
     newest = latest_version(location)
     if newest < 0:
         return Waiting(table.id, upstream, "delta", rows=0, versions=0, note="the upstream table has no commit yet")
@@ -184,6 +184,7 @@ def _delta_waiting(pipeline: Pipeline, table: Table, upstream: str, state: _Chec
     # Delta's admission: 1,000 files a batch unless a limit is set (a byte limit alone sets no file cap)
     max_files = limit.max_files_per_trigger or (None if max_bytes else DELTA_DEFAULT_MAX_FILES)
     later = [size for _, size, _ in files[replayed:]]
+    whole = whole or reading == CHANGE_FEED  # a change feed's reader reads all that is new in one batch
     if whole or table.trigger.kind == "once":  # read in one batch whatever the limits
         batches = int(bool(later))
     else:

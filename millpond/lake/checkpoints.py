@@ -154,7 +154,7 @@ def input_fingerprint(pipeline: Pipeline, table: Table) -> str:
         state: list = storage.listing(root)
         refuse_pattern_names(table, root, [name for name, _, _ in state])
     else:
-        state = [_delta_state(paths.table_path(upstream)) for upstream in table.upstreams]
+        state = [_delta_state(paths.upstream_path(pipeline, upstream)) for upstream in table.upstreams]
         if not table.join:
             state = state[0]  # the fingerprint a table recorded before joins existed stays the same
     return hashlib.sha256(json.dumps(state).encode()).hexdigest()
@@ -227,6 +227,12 @@ def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | Non
     if any(marker in message for marker in markers):
         return f"the checkpoint {paths.checkpoint_path(pipeline.name, table.id)} does not fit this query. " + (
             full_refresh_fix(pipeline, table)
+        )
+    if "DIFFERENT_DELTA_TABLE_READ_BY_STREAMING_SOURCE" in message:  # a source moved, or its owner recreated it
+        read = ", ".join(f"{u} at {paths.upstream_path(pipeline, u)}" for u in table.upstreams)
+        return (
+            f"{table.id} reads {read}: not the table its checkpoint read (recreated by its owner, or the spec's "
+            f"path changed). " + full_refresh_fix(pipeline, table)
         )
     return None
 

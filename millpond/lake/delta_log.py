@@ -16,9 +16,11 @@ from millpond.lake.paths import LakePath, as_lake_path
 CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
 
 
-def change_feed_on(path: LakePath | str) -> bool:
-    """Whether Delta records the table's changes now (a reader of its feed needs that for every version it reads)."""
-    return str(table_properties(path).get(CHANGE_FEED_PROPERTY, "")).lower() == "true"
+def change_feed_on(path: LakePath | str) -> bool | None:
+    """Whether Delta records the table's changes now (a reader of its feed needs that for every version it reads);
+    None where the log keeps its properties where this reader does not look (another writer's v2 checkpoint)."""
+    properties = table_properties(path)
+    return None if properties is None else str(properties.get(CHANGE_FEED_PROPERTY, "")).lower() == "true"
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,11 @@ def _commit_versions(log: LakePath) -> list[int]:
     return [int(p.name[:20]) for p in log.glob("*.json") if len(p.name) == 25 and p.name[:20].isdigit()]
 
 
-def table_properties(path: LakePath | str) -> dict[str, str]:
+def table_properties(path: LakePath | str) -> dict[str, str] | None:
     """The table's properties (its newest `metaData` action's `configuration`; {} for no table): the newest commit
-    after the last checkpoint that changed them, else the checkpoint's."""
+    after the last checkpoint that changed them, else the checkpoint's. None when neither holds them: a checkpoint
+    in a form this reader does not read (v2's `<version>.checkpoint.<uuid>.json`, sidecars), or a log cleaned up
+    past its last checkpoint."""
     log = as_lake_path(path) / "_delta_log"
     if not log.is_dir():
         return {}
@@ -115,7 +119,7 @@ def table_properties(path: LakePath | str) -> dict[str, str]:
             if '"metaData"' in line and "metaData" in (action := json.loads(line)):
                 return dict(action["metaData"].get("configuration") or {})
     if start < 0:
-        return {}
+        return None
     import pyarrow.parquet as pq  # only tables with 10+ commits have a checkpoint
 
     parts: list[LakePath] = list(log.glob(f"{start:020d}.checkpoint*.parquet"))
@@ -124,7 +128,7 @@ def table_properties(path: LakePath | str) -> dict[str, str]:
             for entry in pq.read_table(handle, columns=["metaData"]).column("metaData").to_pylist():
                 if entry:
                     return dict(entry.get("configuration") or {})
-    return {}
+    return None
 
 
 def committed_batch_in(path: LakePath | str, after: int, app_id: str, batch_id: int) -> bool:

@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlparse
 
 from millpond import settings
 from millpond.lake.object_store import SCHEMES, S3Path, is_object_store
+from millpond.spec.model import DeltaSource, Pipeline
 
 LakePath: TypeAlias = Path | S3Path
 
@@ -90,6 +91,12 @@ def checkpoint_path(pipeline: str, table_id: str, root: LakePath | None = None) 
 
 def landing_path(relative: str, root: LakePath | None = None) -> LakePath:
     return (root or lake_root()) / relative
+
+
+def upstream_path(pipeline: Pipeline, upstream: str, root: LakePath | None = None) -> LakePath:
+    """Where a table reads an upstream as Delta: a table of the pipeline, or a Delta source (another job's table)."""
+    source = pipeline.sources.get(upstream)
+    return landing_path(source.path, root) if isinstance(source, DeltaSource) else table_path(upstream, root)
 
 
 def query_name(pipeline: str, table_id: str) -> str:

@@ -36,7 +36,7 @@ from millpond import settings
 from millpond.lake import paths, storage, system_tables
 from millpond.runs.lineage_columns import Column, column_lineage, kafka_dataset
 from millpond.runs.run_record import RunContext, TableResult
-from millpond.spec import FileSource, KafkaSource, Pipeline, Table, resolve_setting
+from millpond.spec import DeltaSource, FileSource, KafkaSource, Pipeline, Table, resolve_setting
 from millpond.spec.suites import load_suite
 
 if TYPE_CHECKING:  # annotations only: openlineage loads when a run records itself
@@ -223,7 +223,7 @@ def input_datasets(pipeline: Pipeline, table: Table) -> list[InputDataset]:
         source = pipeline.sources.get(upstream)
         if isinstance(source, KafkaSource):
             found += [_kafka_dataset(*kafka_dataset(source, topic)) for topic in source.topics]
-        elif isinstance(source, FileSource):
+        elif isinstance(source, FileSource | DeltaSource):  # a landing folder, another job's Delta table
             found.append(_dataset(paths.landing_path(source.path), None, output=False))
         else:
             found.append(_dataset(paths.table_path(upstream), upstream, output=False))

@@ -65,9 +65,10 @@ def column_lineage(
             else:
                 assert location is not None
                 dataset = storage.lineage_name(location)
-        else:
-            dataset = storage.lineage_name(paths.table_path(upstream))
-            names = [c.name for c in columns_of(paths.table_path(upstream))]
+        else:  # a table of the pipeline, or another job's (a Delta source): its own schema
+            location = paths.upstream_path(pipeline, upstream)
+            dataset = storage.lineage_name(location)
+            names = [c.name for c in columns_of(location)]
         return {name.lower(): [(dataset, name, *IDENTITY)] for name in names}
 
     known = Known(read(table.source))

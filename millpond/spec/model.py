@@ -22,7 +22,8 @@ FILE_SOURCE_FORMATS: dict[str, tuple[str, ...]] = {"json": (), "csv": (), "parqu
 # Spark's file sinks a table can be written with instead of Delta.
 FILE_SINK_FORMATS = ("json", "csv", "parquet")
 KAFKA = "kafka"  # a source or sink format; Kafka sources are referenced as `kafka.<source name>`
-SOURCE_FORMATS = (*FILE_SOURCE_FORMATS, KAFKA)
+DELTA = "delta"  # another job's Delta table, streamed as its change data feed: `delta.<source name>`
+SOURCE_FORMATS = (*FILE_SOURCE_FORMATS, KAFKA, DELTA)
 # delta: the default (foreachBatch writer); json/csv/parquet: Spark's file sink; kafka: messages to a topic
 SINK_FORMATS = ("delta", *FILE_SINK_FORMATS, KAFKA)
 KAFKA_VALUE_FORMATS = ("json",)
@@ -115,7 +116,24 @@ class KafkaSource:
         return f"{KAFKA}.{self.name}"
 
 
-Source = FileSource | KafkaSource
+@dataclass(frozen=True)
+class DeltaSource:
+    """A Delta table that another job writes (a CDC tool's sink, another team's table), under the lake root.
+
+    A CDC table reads its change data feed (`cdc: {change_feed: true}`): its owner turns the feed on; millpond
+    checks that before each run and never alters the table. Read whole instead, it is a dimension (`static: true`,
+    a FileSource)."""
+
+    name: str
+    path: str  # relative to the lake root
+    format: str = DELTA
+
+    @property
+    def id(self) -> str:
+        return f"{DELTA}.{self.name}"
+
+
+Source = FileSource | KafkaSource | DeltaSource
 
 
 @dataclass(frozen=True)
@@ -309,6 +327,11 @@ class Table:
         return self.source.startswith(KAFKA + ".")
 
     @property
+    def reads_delta_source(self) -> bool:
+        """A table streaming the change data feed of a Delta table the pipeline does not write (`delta.<name>`)."""
+        return self.source.startswith(DELTA + ".")
+
+    @property
     def reads_source(self) -> bool:
         """A bronze table ingesting a source (landing files or Kafka topics): parsed, bad records quarantined."""
         return self.reads_landing or self.reads_kafka
@@ -356,7 +379,7 @@ class Pipeline:
     tags: tuple[str, ...] = ()
     owner: str = "millpond"
     shuffle_partitions: int = 2
-    sources: Mapping[str, Source] = field(default_factory=dict)  # by source id (landing.<name>, kafka.<name>)
+    sources: Mapping[str, Source] = field(default_factory=dict)  # by id (landing.<name>, kafka.<name>, delta.<name>)
     tables: Mapping[str, Table] = field(default_factory=dict)  # by table id, in dependency order
 
     def table(self, table_id: str) -> Table:

@@ -78,6 +78,20 @@ def write_spec(folder: Path, spec: dict | None = None) -> Path:
     return path
 
 
+def delta_source_spec(folder: Path, **table) -> Path:
+    """A pipeline whose one table reads another job's Delta table (`delta.crm`)."""
+    spec = {
+        "pipeline": "crm",
+        "schedule": "@hourly",
+        "start_date": "2026-11-01",
+        "sources": {"crm": {"format": "delta", "path": "crm/customers"}},
+        "tables": {"silver.crm_mirror": {"from": "delta.crm", **table}},
+    }
+    path = folder / "crm.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def land(lake: Path, name: str, events: list[dict]) -> None:
     """One landing file of events, renamed into place whole (the file source never sees half a file)."""
     folder = lake / "landing" / "customer_changes"
@@ -200,3 +214,35 @@ def scd2(events: list[Event]) -> set[tuple]:
         (key, kept["email"], kept["name"], start, end)
         for key, kept, start, end in fold_scd2(events, TEST_FEED, ("email",))
     }
+
+
+# The example pipeline's envelopes (`millpond generate customers`, pipelines/customers.yaml) as events.
+ENVELOPES = Feed(
+    key=lambda e: (e["after"] or e["before"])["id"],
+    sequence=lambda e: e["source"]["lsn"],
+    deletes=lambda e: e["op"] == "d",
+    kept=lambda e: {c: (e["after"] or {}).get(c) for c in ("email", "name", "tier")},
+)
+
+
+def assert_the_example_follows(spark, envelopes: list[Event]) -> list[tuple]:
+    """The example's silver.customers (SCD 1, with each key's newest lsn) and silver.customers_history (SCD 2 on
+    email and tier) equal the fold of the envelopes; returns silver.customers' rows."""
+    from millpond.lake import paths  # the rule book itself needs no lake
+
+    current = spark.read.format("delta").load(str(paths.table_path("silver.customers")))
+    rows = current.select("id", "email", "name", "tier", "lsn").collect()
+    assert sorted(tuple(r) for r in rows) == sorted(
+        (key, kept["email"], kept["name"], kept["tier"], applicable(envelopes, ENVELOPES)[key][-1][0])
+        for key, kept in fold_scd1(envelopes, ENVELOPES).items()
+    )
+    history = spark.read.format("delta").load(str(paths.table_path("silver.customers_history")))
+    columns = ("id", "email", "name", "tier", "__START_AT", "__END_AT")
+    assert sorted((tuple(r) for r in history.select(*columns).collect()), key=repr) == sorted(
+        (
+            (key, kept["email"], kept["name"], kept["tier"], start, end)
+            for key, kept, start, end in fold_scd2(envelopes, ENVELOPES, ("email", "tier"))
+        ),
+        key=repr,
+    )
+    return rows

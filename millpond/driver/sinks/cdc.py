@@ -31,7 +31,7 @@ from millpond.lake.delta_log import latest_version as delta_version
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import CDC_DELETED as DELETED
 from millpond.spec import CDC_SEQUENCE as SEQUENCE
-from millpond.spec import END_AT, START_AT, Cdc, Table
+from millpond.spec import CHANGE_TYPE, COMMIT_VERSION, END_AT, START_AT, Cdc, Table
 
 _VERSION, _ACTION = "__version", "__action"
 
@@ -42,8 +42,34 @@ def events_of(batch: DataFrame, cdc: Cdc) -> DataFrame:
     left_out = {c.lower() for c in cdc.except_columns}  # Spark's names are case-insensitive
     kept = list(cdc.columns) or [c for c in batch.columns if c.lower() not in left_out]
     deleted = F.coalesce(F.expr(cdc.apply_as_deletes), F.lit(False)) if cdc.apply_as_deletes else F.lit(False)
+    if cdc.change_feed:  # a row Delta's feed deletes (net_changes) is a delete, whatever else the predicate says
+        deleted = deleted | (F.col(CHANGE_TYPE) == "delete")
     sequence = _col(cdc.sequence_by[0]) if len(cdc.sequence_by) == 1 else F.struct(*map(_col, cdc.sequence_by))
     return batch.select(*map(_col, kept), sequence.alias(SEQUENCE), deleted.alias(DELETED))
+
+
+def net_changes(batch: DataFrame, cdc: Cdc) -> DataFrame:
+    """A Delta change data feed's rows as what each commit left of each key: its new row (an `insert` or
+    `update_postimage`), or one `delete` where the commit only removed the key's rows (a `delete`, or an update's
+    old row, `update_preimage`, whose key values the update changed). An update that keeps its key leaves only its
+    new row; an overwrite (every old row deleted, every new one inserted) leaves each surviving key's new row. Rows
+    with a null key are left as they are, for the quarantine.
+
+    A commit is never split between batches (millpond.driver.sources.read_delta_stream), and the delete picked among
+    a key's removed rows is the same on every replay: the first by its values as JSON. Such a delete is a delete
+    whatever `apply_as_deletes` says (events_of)."""
+    keyed = F.lit(True)
+    for key in cdc.keys:
+        keyed = keyed & _col(key).isNotNull()
+    adds = F.col(CHANGE_TYPE).isin("insert", "update_postimage")
+    by_commit = Window.partitionBy(_col(COMMIT_VERSION), *map(_col, cdc.keys))
+    marked = batch.where(keyed).withColumn("__adds", F.max(adds.cast("int")).over(by_commit))
+    removed = marked.where("__adds = 0").withColumn(
+        "__rank", F.row_number().over(by_commit.orderBy(F.to_json(F.struct(*map(_col, batch.columns)))))
+    )
+    deletes = removed.where("__rank = 1").drop("__rank").withColumn(CHANGE_TYPE, F.lit("delete"))
+    unkeyed = batch.where(~keyed)  # each quarantined as it is (ChangeFeedSink.write_batch: unusable)
+    return marked.where(adds).unionByName(deletes).drop("__adds").unionByName(unkeyed)
 
 
 def value_columns(events: DataFrame, cdc: Cdc) -> list[str]:
@@ -106,6 +132,8 @@ class ChangeFeedSink(DeltaSink):
         batch = batch.localCheckpoint(eager=True)  # read once: the batch is split, checked and joined below
         if batch.isEmpty():
             return
+        if self.cdc.change_feed:
+            batch = net_changes(batch, self.cdc).localCheckpoint(eager=True)
         why = unusable(batch, self.cdc)
         bad = self.quarantined(batch.where(why.isNotNull()), why)
         events = events_of(batch.where(why.isNull()), self.cdc).distinct().localCheckpoint(eager=True)

@@ -18,7 +18,7 @@ from millpond.driver.speedups import DELTA_RS_COMMITS
 from millpond.lake import system_tables
 from millpond.lake.delta_log import latest_version as delta_version
 from millpond.runs.run_record import RunContext, TableResult
-from millpond.spec import FileSource, Pipeline, Table
+from millpond.spec import DeltaSource, FileSource, KafkaSource, Pipeline, Table
 
 # A landing batch's bad lines ride out of its one pass in the observed metrics (a bounded heap, `min_by(.., k)`)
 # when there are at most this many, each at most CARRIED_RAW_BYTES of raw text (so at most ~40 MB reach the
@@ -196,17 +196,24 @@ class LandingSink(DeltaSink):
         no transform that could filter the batch (its quarantine then comes from the batch itself)."""
         return self.table.reads_landing and not self.table.transform and sources.LINE_BUCKET in batch.columns
 
+    @property
+    def ingested(self) -> FileSource | KafkaSource:
+        """The landing folder or Kafka topics this table parses (a Delta source is never ingested this way)."""
+        source = self.pipeline.sources[self.table.source]
+        assert not isinstance(source, DeltaSource)  # the spec loader: only a change-feed CDC table reads one
+        return source
+
     def drift_needs_a_pass(self, batch: DataFrame) -> bool:
         """Whether `shape_for_drift` must look at the batch's new fields (policies `add` and `fail`)."""
         if sources.NEW_FIELDS not in batch.columns:
             return False
-        return self.pipeline.sources[self.table.source].schema_drift != "rescue"
+        return self.ingested.schema_drift != "rescue"
 
     def shape_for_drift(self, good: DataFrame) -> DataFrame:
         """Apply the json source's `schema_drift` policy to the batch's well-formed rows (see sources.py)."""
         if sources.NEW_FIELDS not in good.columns:
             return good
-        source = self.pipeline.sources[self.table.source]
+        source = self.ingested
         existing = []
         if delta_version(self.path) >= 0:
             existing = self.spark.read.format("delta").load(self.path).columns

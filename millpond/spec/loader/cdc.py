@@ -36,17 +36,9 @@ def cdc(check: SpecCheck, where: str, raw: Any) -> Cdc | None:
         return None
     change_feed = boolean(check, f"{where}.change_feed", spec.get("change_feed", False))
     keys = columns(check, f"{where}.keys", spec.get("keys"))
-    sequence_by = columns(check, f"{where}.sequence_by", spec.get("sequence_by"))
-    for name, got in (("keys", keys), ("sequence_by", sequence_by)):
-        if name in spec and not got:
-            example = "keys: [id]" if name == "keys" else "sequence_by: seq"
-            check.problem(f"{where}.{name}", "no column is given", f"e.g. {example}")
-    if "sequence_by" not in spec and not change_feed:
-        check.problem(
-            f"{where}.sequence_by",
-            "required field is missing",
-            "add 'sequence_by:' naming the column that orders the events, e.g. sequence_by: seq",
-        )
+    if "keys" in spec and not keys:
+        check.problem(f"{where}.keys", "no column is given", "e.g. keys: [id]")
+    sequence_by = sequence_of(check, f"{where}.sequence_by", spec, change_feed)
     deletes = spec.get("apply_as_deletes", CHANGE_FEED_DELETES if change_feed else None)
     if deletes is not None and (not isinstance(deletes, str) or not deletes.strip()):
         check.problem(f"{where}.apply_as_deletes", f"{deletes!r} is not a SQL predicate", "e.g. \"op = 'D'\"")
@@ -63,10 +55,8 @@ def cdc(check: SpecCheck, where: str, raw: Any) -> Cdc | None:
         check.problem(
             f"{where}.track_history_columns", "only an SCD 2 table keeps history", "add scd_type: 2, or drop it"
         )
-    if change_feed:  # Delta's own columns are read, not kept, unless named
-        sequence_by = sequence_by or (COMMIT_VERSION,)
-        if not kept:
-            except_columns = (*except_columns, *(c for c in CHANGE_FEED_COLUMNS if c not in except_columns))
+    if change_feed and not kept:  # Delta's own columns are read, not kept, unless named
+        except_columns = (*except_columns, *(c for c in CHANGE_FEED_COLUMNS if c not in except_columns))
     return Cdc(
         keys=keys,
         sequence_by=sequence_by,
@@ -79,27 +69,57 @@ def cdc(check: SpecCheck, where: str, raw: Any) -> Cdc | None:
     )
 
 
+def sequence_of(check: SpecCheck, where: str, spec: dict[str, Any], change_feed: bool) -> tuple[str, ...]:
+    """The columns ordering the events: required, except on a change feed, which is applied in commit order."""
+    sequence_by = columns(check, where, spec.get("sequence_by"))
+    if "sequence_by" in spec and not sequence_by:
+        check.problem(where, "no column is given", "e.g. sequence_by: seq")
+    if change_feed and sequence_by and tuple(c.lower() for c in sequence_by) != (COMMIT_VERSION,):
+        check.problem(
+            where,
+            "a change data feed is applied in commit order: a delete in it carries the deleted row's values, so a "
+            "column of the row would give the delete the sequence of the row it deletes (a clash, quarantined)",
+            f"drop sequence_by (its default is {COMMIT_VERSION})",
+        )
+    if "sequence_by" not in spec and not change_feed:
+        check.problem(
+            where,
+            "required field is missing",
+            "add 'sequence_by:' naming the column that orders the events, e.g. sequence_by: seq",
+        )
+    return sequence_by or ((COMMIT_VERSION,) if change_feed else ())
+
+
 def cdc_rules(check: SpecCheck, where: str, table: Table) -> None:
     """A change feed is applied by its own MERGE per batch: what else the table asks of its batches is refused."""
     cdc = table.cdc
     assert cdc is not None
+    upstream = "query this table in batch" if table.reads_delta_source else "{} the table this one reads"
     refusals = [
         ("aggregate", table.aggregate, "aggregate the events in a table of their own, or query this table in batch"),
         ("dedup", table.dedup_keys, "the newest event per key wins already; a duplicate changes nothing"),
-        ("join", table.join, "join in the table this one reads"),
-        ("stateful", table.stateful, "run the function in the table this one reads"),
+        ("join", table.join, upstream.format("join in")),
+        ("stateful", table.stateful, upstream.format("run the function in")),
         ("order_by", table.order_by, "sort when you read the table"),
-        ("expectations", table.expectations, "gate the table this one reads"),
+        ("expectations", table.expectations, upstream.format("gate")),
     ]
     for name, present, fix in refusals:
         if present:
             check.problem(f"{where}.{name}", "a table applying a change feed cannot have this too", f"{fix}")
+    if cdc.change_feed and (table.rate_limit.max_files_per_trigger or table.rate_limit.max_bytes_per_trigger):
+        check.problem(
+            f"{where}.rate_limit",
+            "a change data feed is read in one batch per run: a commit Delta records without change files (an "
+            "overwrite) is admitted file by file, and its delete and insert of one key must meet in one batch",
+            "drop rate_limit",
+        )
     if cdc.change_feed and table.transform:
         check.problem(
             f"{where}.transform",
             "a table applying another table's change data feed cannot transform it: a filter would keep a row "
             "whose update it drops, a rename would move its keys",
-            "choose the columns kept with cdc.columns, or transform in the table this one reads",
+            "choose the columns kept with cdc.columns"
+            + ("" if table.reads_delta_source else ", or transform in the table this one reads"),
         )
     if table.output_mode != "append":
         check.problem(

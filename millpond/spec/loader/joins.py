@@ -9,6 +9,7 @@ from millpond.spec.model import (
     JOIN_TYPES,
     LANDING,
     LOOKUP_TYPES,
+    DeltaSource,
     FileSource,
     Join,
     Lookup,
@@ -130,12 +131,15 @@ def join_upstream_rules(check: SpecCheck, sources: dict[str, Source], tables: di
     if not other:
         return
     if other in sources or other.startswith(LANDING + "."):
-        bronze = f"bronze.{other.split('.', 1)[1]}"
-        check.problem(
-            where,
-            f"{other} is a landing source, and a join reads tables as Delta streams",
-            f"join the bronze table that ingests it ({bronze}: from: {other})",
+        name, delta = other.split(".", 1)[1], isinstance(sources.get(other), DeltaSource)
+        fix = (
+            f"apply its change data feed in a table (from: {other}, cdc: {{change_feed: true, keys: [...]}}) and "
+            "query that table in batch: a table updated in place cannot be joined as a stream"
+            if delta
+            else f"join the bronze table that ingests it (bronze.{name}: from: {other})"
         )
+        kind = "Delta" if delta else "landing"
+        check.problem(where, f"{other} is a {kind} source, and a join reads tables as Delta streams", fix)
     elif other == table.id:
         check.problem(where, "a table cannot join itself", "join an upstream table")
     elif other not in tables:
@@ -214,6 +218,13 @@ def lookup_upstream_rules(check: SpecCheck, sources: dict[str, Source], tables: 
             if static
             else "declare it under 'sources:' with "
             "'static: true' (format, path, schema) and name it here as landing.<name>",
+        )
+    elif isinstance(source, DeltaSource):
+        check.problem(
+            f"{where}.with",
+            f"{dimension} is another job's Delta table streamed as its change data feed, and a lookup reads a "
+            "dimension whole every run",
+            f"add 'static: true' to sources.{source.name} and look it up as landing.{source.name}",
         )
     elif not (isinstance(source, FileSource) and source.static):
         check.problem(

@@ -11,9 +11,9 @@ import yaml
 from millpond import settings
 from millpond.spec.errors import SpecError
 from millpond.spec.loader.fields import SpecCheck, boolean, count, fields
-from millpond.spec.loader.sources import file_source, kafka_source
+from millpond.spec.loader.sources import delta_source, file_source, kafka_source
 from millpond.spec.loader.tables import dependency_order, table_from
-from millpond.spec.model import GLOB_CHARACTERS, GLOB_SHOWN, KAFKA, SCHEDULE_PRESETS, Pipeline, Source, Table
+from millpond.spec.model import DELTA, GLOB_CHARACTERS, GLOB_SHOWN, KAFKA, SCHEDULE_PRESETS, Pipeline, Source, Table
 from millpond.spec.reprocess import rewritten_event_times
 from millpond.spec.syntax import NAME
 
@@ -129,8 +129,11 @@ def sources_from(check: SpecCheck, raw_sources: Any) -> dict[str, Source]:
         check.problem("sources", "expected a mapping of source name -> source", "see docs/spec.md")
         return sources
     for source_name, raw_source in raw_sources.items():
-        is_kafka = isinstance(raw_source, dict) and raw_source.get("format") == KAFKA
-        source = (kafka_source if is_kafka else file_source)(check, str(source_name), raw_source)
+        kind = raw_source.get("format") if isinstance(raw_source, dict) else None
+        if kind == DELTA and raw_source.get("static", False) is not False:
+            kind = None  # a dimension (`static: true`), read whole: the file source loader checks it
+        loader = {KAFKA: kafka_source, DELTA: delta_source}.get(str(kind), file_source)
+        source = loader(check, str(source_name), raw_source)
         if source:
             sources[source.id] = source
     return sources

@@ -1,4 +1,5 @@
-"""Sources: landing folders read as files (streamed, or whole as a dimension) and Kafka topics."""
+"""Sources: landing folders read as files (streamed, or whole as a dimension), Kafka topics, and other jobs'
+Delta tables (their change data feeds)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from millpond.spec.model import (
     SCHEMA_DRIFT,
     SOURCE_FORMATS,
     STATIC_FORMATS,
+    DeltaSource,
     FileSource,
     KafkaSource,
 )
@@ -44,12 +46,7 @@ def file_source(check: SpecCheck, name: str, raw: Any) -> FileSource | None:
     static = boolean(check, f"{where}.static", spec.get("static", False))
     fmt = str(spec.get("format", ""))
     if spec and fmt not in (STATIC_FORMATS if static else FILE_SOURCE_FORMATS):
-        fix = (
-            f"use one of {', '.join(STATIC_FORMATS)}"
-            if static
-            else f"use one of {', '.join(SOURCE_FORMATS)}"
-            + (" (a delta dimension needs 'static: true')" if fmt == "delta" else "")
-        )
+        fix = f"use one of {', '.join(STATIC_FORMATS)}" if static else f"use one of {', '.join(SOURCE_FORMATS)}"
         check.problem(f"{where}.format", f"unknown format {fmt!r}", fix)
     if static:
         for name_ in ("rate_limit", "schema_drift"):
@@ -97,6 +94,36 @@ def file_source(check: SpecCheck, name: str, raw: Any) -> FileSource | None:
         event_time=event_time,
         layout=layout,
     )
+
+
+def delta_source(check: SpecCheck, name: str, raw: Any) -> DeltaSource | None:
+    """A Delta table another job writes, streamed as its change data feed (its schema is the table's own)."""
+    where = f"sources.{name}"
+    dimension_only = [key for key in FILE_SOURCE_FIELDS if key not in ("format", "path", "static")]
+    for key in (k for k in raw if k in dimension_only):
+        static_fix = key not in ("rate_limit", "schema_drift", "event_time", "layout")  # a dimension refuses these
+        check.problem(
+            f"{where}.{key}",
+            "without 'static: true' a delta source is another job's table, streamed as its change data feed: "
+            f"it has its own schema, and {key} does not apply",
+            "remove it"
+            + (
+                f", or add 'static: true' to read the table whole as a dimension (then landing.{name})"
+                if static_fix
+                else ""
+            ),
+        )
+    allowed = {"format": True, "path": True, "static": False, **dict.fromkeys(dimension_only, False)}
+    spec = fields(check, where, raw, allowed)
+    if not NAME.match(name):
+        check.problem(where, f"{name!r} is not a valid source name", "use lower_snake_case")
+    if not spec:
+        return None
+    path = str(spec.get("path", "")).rstrip("/")
+    if "path" in spec and path in ("", "."):
+        check.problem(f"{where}.path", "the lake root itself is no Delta table", "give the table's folder")
+    lake_path(check, f"{where}.path", path)
+    return DeltaSource(name=name, path=path)
 
 
 def event_time_of(
@@ -269,7 +296,7 @@ def lake_path(check: SpecCheck, where: str, path: str) -> None:
             f"rename the folder without {GLOB_SHOWN}",
         )
         return
-    if Path(path).is_absolute():
+    if Path(path).is_absolute() or "://" in path:
         check.problem(where, f"{path!r} is absolute", "give a path relative to the lake root ($MILLPOND_LAKE)")
         return
     root = check.lake_root.resolve()

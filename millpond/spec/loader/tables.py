@@ -10,7 +10,7 @@ from millpond.spec.loader.joins import join, join_rules, join_upstream_rules, lo
 from millpond.spec.loader.sinks import file_sink_rules, kafka_sink_rules, sink
 from millpond.spec.loader.stateful import stateful, stateful_rules
 from millpond.spec.loader.streaming import aggregate, streaming_rules, transform, trigger
-from millpond.spec.model import LAYERS, OUTPUT_MODES, FileSource, Source, Table, normalize_table_id
+from millpond.spec.model import LAYERS, OUTPUT_MODES, DeltaSource, FileSource, Source, Table, normalize_table_id
 from millpond.spec.suites import check_suite  # light: JSON only, no GX
 from millpond.spec.syntax import TABLE_ID
 
@@ -150,11 +150,14 @@ def cdc_upstream_rules(check: SpecCheck, tables: dict[str, Table], table: Table)
                 if could_apply_feed and change_feed_refusal(read_table) is None
                 else ""
             )
+            events = (
+                "" if read_table.reads_delta_source else f"read {read_table.source} (the events {read} applies), or "
+            )
             check.problem(
                 f"tables.{table.id}.{field}",
                 f"{read} applies a change feed: its rows are updated and deleted in place, and a stream of it "
                 "would skip those commits",
-                f"{feed}read {read_table.source} (the events {read} applies), or query {read} in batch",
+                f"{feed}{events}query {read} in batch",
             )
     upstream = tables.get(table.source)
     if reads_feed and upstream is not None:
@@ -191,7 +194,28 @@ def change_feed_refusal(upstream: Table) -> str | None:
     return "only appends rows: its change feed holds nothing its rows do not (read it without change_feed)"
 
 
+def delta_source_rules(check: SpecCheck, sources: dict[str, Source], tables: dict[str, Table]) -> None:
+    """A Delta source is a table millpond does not write: not one of this pipeline's, nor its own bookkeeping."""
+    own = {table.id.replace(".", "/"): table.id for table in tables.values()}
+    for source in sources.values():
+        if not isinstance(source, DeltaSource):
+            continue
+        if source.path in own:
+            check.problem(
+                f"sources.{source.name}.path",
+                f"{source.path} is {own[source.path]}, a table of this pipeline",
+                f"read it by its id: from: {own[source.path]}, cdc: {{change_feed: true, keys: [...]}}",
+            )
+        elif any(part.startswith("_") for part in source.path.split("/")):
+            check.problem(
+                f"sources.{source.name}.path",
+                f"{source.path} is millpond's or Delta's own bookkeeping (a folder named _...), not a table",
+                "give the folder of a Delta table",
+            )
+
+
 def dependency_order(check: SpecCheck, sources: dict[str, Source], tables: dict[str, Table]) -> dict[str, Table]:
+    delta_source_rules(check, sources, tables)
     for table in tables.values():
         join_upstream_rules(check, sources, tables, table)
         lookup_upstream_rules(check, sources, tables, table)
@@ -202,6 +226,14 @@ def dependency_order(check: SpecCheck, sources: dict[str, Source], tables: dict[
                 f"{table.source} is a static source (a dimension, read whole each run), not a stream",
                 f"read a streaming source, and look {table.source} up with "
                 f"'lookup: {{with: {table.source}, using: [...]}}'",
+            )
+        if isinstance(source, DeltaSource) and not table.reads_change_feed(table.source):
+            check.problem(
+                f"tables.{table.id}.from",
+                f"{table.source} is a Delta table another job writes: millpond streams only its change data feed, "
+                "into a table applying it (its updates and deletes are commits a stream of rows would fail on)",
+                f"add 'cdc: {{keys: [...], change_feed: true}}' to {table.id}, or declare sources.{source.name} "
+                f"'static: true' and look it up as a dimension (landing.{source.name})",
             )
         known = table.source in sources or table.source in tables
         if table.source and not known:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from millpond.lake import paths
 from millpond.spec import Cdc, SpecError, load_pipeline
 from millpond.spec.reprocess import parse_interval, plan_reprocess
-from tests.support.cdc_reference import SCD1, SCD2, SPEC
+from tests.support.cdc_reference import SCD1, SCD2, SPEC, delta_source_spec
 
 pytestmark = pytest.mark.unit
 
@@ -150,9 +151,9 @@ def test_a_change_feed_is_read_by_commit_version_with_delta_s_deletes_and_its_co
         ("_change_type", "_commit_version", "_commit_timestamp"),
         True,
     )
-    named = load(tmp_path, reads_feed_of(SCD1, sequence_by=["seq", "tie"], columns=["id", "email"]))
+    named = load(tmp_path, reads_feed_of(SCD1, sequence_by="_COMMIT_VERSION", columns=["id", "email"]))
     named_cdc = named.tables["silver.customer_mirror"].cdc
-    assert (named_cdc.sequence_by, named_cdc.except_columns) == (("seq", "tie"), ())  # `columns` keeps only those
+    assert (named_cdc.sequence_by, named_cdc.except_columns) == (("_COMMIT_VERSION",), ())  # `columns` keeps those
     also_left_out = load(tmp_path, reads_feed_of(SCD1, except_columns=["name", "_change_type"]))
     assert also_left_out.tables["silver.customer_mirror"].cdc.except_columns == (
         "name",
@@ -257,25 +258,100 @@ def test_a_checkpoint_recorded_before_change_feed_existed_still_follows_its_tabl
     [
         ({"keys": ["email"]}, "cdc.keys", "['email'] are not the keys of silver.customers, ['id']"),
         ({"keys": ["id", "email"]}, "cdc.keys", "are not the keys of silver.customers"),
+        # a delete carries the deleted row's values: its seq would be the row's own, a clash
+        ({"sequence_by": ["seq", "tie"]}, "cdc.sequence_by", "a change data feed is applied in commit order"),
     ],
 )
-def test_a_change_feed_is_applied_on_its_upstream_s_keys(tmp_path, cdc, field, message):
+def test_a_change_feed_is_applied_on_its_upstream_s_keys_in_commit_order(tmp_path, cdc, field, message):
     lines = problems(tmp_path, reads_feed_of(SCD1, **cdc))
     assert any(f"tables.silver.customer_mirror.{field}:" in line and message in line for line in lines), lines
 
 
-def test_a_change_feed_reader_has_no_transform(tmp_path):
-    def transformed(spec):
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "transform",
+            {"sql": "SELECT * FROM source WHERE name = 'x'"},
+            "a filter would keep a row whose update it drops",
+        ),
+        ("rate_limit", {"max_files_per_trigger": 1}, "its delete and insert of one key must meet in one batch"),
+    ],
+)
+def test_a_change_feed_reader_has_no_transform_nor_rate_limit(tmp_path, field, value, message):
+    def mutated(spec):
         reads_feed_of(SCD1)(spec)
-        spec["tables"]["silver.customer_mirror"]["transform"] = {"sql": "SELECT * FROM source WHERE name = 'x'"}
+        spec["tables"]["silver.customer_mirror"][field] = value
 
-    lines = problems(tmp_path, transformed)
-    assert any(
-        "tables.silver.customer_mirror.transform:" in line and "a filter would keep a row whose update it drops" in line
-        for line in lines
-    ), lines
+    lines = problems(tmp_path, mutated)
+    assert any(f"tables.silver.customer_mirror.{field}:" in line and message in line for line in lines), lines
 
 
 def test_a_change_feed_reader_on_the_upstream_s_keys_in_another_case_loads(tmp_path):
     mirror = load(tmp_path, reads_feed_of(SCD1, keys=["ID"])).tables["silver.customer_mirror"]
     assert mirror.reads_change_feed(SCD1) and not mirror.reads_change_feed("bronze.customer_changes")
+
+
+def test_another_job_s_delta_table_loads_as_a_delta_source_its_change_feed_reader_reads(tmp_path):
+    path = delta_source_spec(tmp_path, cdc={"change_feed": True, "keys": ["id"]})
+    pipeline = load_pipeline(path, lake_root=tmp_path / "lake")
+    source = pipeline.sources["delta.crm"]
+    assert (type(source).__name__, source.path) == ("DeltaSource", "crm/customers")
+    mirror = pipeline.tables["silver.crm_mirror"]
+    assert mirror.reads_delta_source and not mirror.reads_source and mirror.reads_change_feed("delta.crm")
+    assert str(paths.upstream_path(pipeline, "delta.crm", tmp_path / "lake")) == str(tmp_path / "lake/crm/customers")
+
+
+@pytest.mark.parametrize(
+    ("table", "field", "message", "fix"),
+    [
+        (
+            {},
+            "tables.silver.crm_mirror.from",
+            "delta.crm is a Delta table another job writes: millpond streams only its change data feed",
+            "add 'cdc: {keys: [...], change_feed: true}' to silver.crm_mirror",
+        ),
+        (
+            {"cdc": {"keys": ["id"], "sequence_by": "seq"}},
+            "tables.silver.crm_mirror.from",
+            "delta.crm is a Delta table another job writes",
+            "or declare sources.crm 'static: true' and look it up as a dimension",
+        ),
+    ],
+)
+def test_a_delta_source_is_read_only_as_a_change_feed(tmp_path, table, field, message, fix):
+    with pytest.raises(SpecError) as caught:
+        load_pipeline(delta_source_spec(tmp_path, **table), lake_root=tmp_path / "lake")
+    assert f"{field}: {message}" in str(caught.value) and fix in str(caught.value)
+
+
+def test_a_delta_source_with_a_file_source_s_fields_or_outside_the_lake_is_refused(tmp_path):
+    path = delta_source_spec(tmp_path, cdc={"change_feed": True, "keys": ["id"]})
+    spec = yaml.safe_load(path.read_text())
+    spec["sources"]["crm"].update(schema="id INT", path="/elsewhere/customers")
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError) as caught:
+        load_pipeline(path, lake_root=tmp_path / "lake")
+    said = str(caught.value)
+    assert "sources.crm.schema: without 'static: true' a delta source is another job's table" in said
+    assert "add 'static: true' to read the table whole as a dimension" in said
+    assert "sources.crm.path: '/elsewhere/customers' is absolute" in said
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("silver/crm_mirror", "silver/crm_mirror is silver.crm_mirror, a table of this pipeline"),
+        ("_checkpoints/crm", "_checkpoints/crm is millpond's or Delta's own bookkeeping"),
+        ("s3a://other/crm", "'s3a://other/crm' is absolute"),
+        ("", "the lake root itself is no Delta table"),
+    ],
+)
+def test_a_delta_source_is_a_table_millpond_does_not_write(tmp_path, path, message):
+    spec_path = delta_source_spec(tmp_path, cdc={"change_feed": True, "keys": ["id"]})
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["sources"]["crm"]["path"] = path
+    spec_path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError) as caught:
+        load_pipeline(spec_path, lake_root=tmp_path / "lake")
+    assert f"sources.crm.path: {message}" in str(caught.value)

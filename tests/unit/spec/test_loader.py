@@ -1290,9 +1290,9 @@ def a_lookup_in_bronze(spec):
         ),
         (
             campaigns_source(static=None, format="delta"),
-            "sources.campaigns.format",
-            "unknown format 'delta'",
-            "(a delta dimension needs 'static: true')",
+            "sources.campaigns.schema",
+            "without 'static: true' a delta source is another job's table, streamed as its change data feed",
+            "Fix: remove it, or add 'static: true' to read the table whole as a dimension",
         ),
         (
             campaigns_source(schema=None),
