@@ -228,6 +228,11 @@ def spark_error_fix(pipeline: Pipeline, table: Table, message: str) -> str | Non
         return f"the checkpoint {paths.checkpoint_path(pipeline.name, table.id)} does not fit this query. " + (
             full_refresh_fix(pipeline, table)
         )
+    if "DELTA_MISSING_CHANGE_DATA" in message:  # the feed was off for a commit the reader has yet to read
+        return (
+            f"{table.source} has no change data for a commit {table.id} has not read yet (its change data feed was "
+            "off then). " + full_refresh_fix(pipeline, table)
+        )
     if "DIFFERENT_DELTA_TABLE_READ_BY_STREAMING_SOURCE" in message:  # a source moved, or its owner recreated it
         read = ", ".join(f"{u} at {paths.upstream_path(pipeline, u)}" for u in table.upstreams)
         return (

@@ -24,6 +24,7 @@ from millpond.spec.loader import all_spec_paths, load_pipeline, spec_path_for, v
 from millpond.spec.model import (
     CDC_DELETED,
     CDC_SEQUENCE,
+    CHANGE_FEED_COLUMNS,
     CHANGE_TYPE,
     COMMIT_VERSION,
     END_AT,
@@ -57,6 +58,7 @@ from millpond.spec.user_code import function_problems, make_project_importable
 __all__ = [
     "CDC_DELETED",
     "CDC_SEQUENCE",
+    "CHANGE_FEED_COLUMNS",
     "CHANGE_TYPE",
     "COMMIT_VERSION",
     "END_AT",

@@ -31,9 +31,10 @@ from millpond.lake.delta_log import latest_version as delta_version
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import CDC_DELETED as DELETED
 from millpond.spec import CDC_SEQUENCE as SEQUENCE
-from millpond.spec import CHANGE_TYPE, COMMIT_VERSION, END_AT, START_AT, Cdc, Table
+from millpond.spec import CHANGE_FEED_COLUMNS, CHANGE_TYPE, COMMIT_VERSION, END_AT, START_AT, Cdc, Table
 
 _VERSION, _ACTION = "__version", "__action"
+_ADDS, _ROWS = "__millpond_adds", "__millpond_rows"  # net_changes' own columns, beside the feed's
 
 
 def events_of(batch: DataFrame, cdc: Cdc) -> DataFrame:
@@ -55,21 +56,34 @@ def net_changes(batch: DataFrame, cdc: Cdc) -> DataFrame:
     new row; an overwrite (every old row deleted, every new one inserted) leaves each surviving key's new row. Rows
     with a null key are left as they are, for the quarantine.
 
-    A commit is never split between batches (millpond.driver.sources.read_delta_stream), and the delete picked among
-    a key's removed rows is the same on every replay: the first by its values as JSON. Such a delete is a delete
-    whatever `apply_as_deletes` says (events_of)."""
+    A commit is never split between batches (millpond.driver.sources.read_delta_stream). Where a commit removed
+    several rows of one key, its delete keeps only the key and Delta's columns (the others null), so every replay
+    makes the same event. Such a delete is a delete whatever `apply_as_deletes` says (events_of)."""
     keyed = F.lit(True)
     for key in cdc.keys:
         keyed = keyed & _col(key).isNotNull()
     adds = F.col(CHANGE_TYPE).isin("insert", "update_postimage")
     by_commit = Window.partitionBy(_col(COMMIT_VERSION), *map(_col, cdc.keys))
-    marked = batch.where(keyed).withColumn("__adds", F.max(adds.cast("int")).over(by_commit))
-    removed = marked.where("__adds = 0").withColumn(
-        "__rank", F.row_number().over(by_commit.orderBy(F.to_json(F.struct(*map(_col, batch.columns)))))
+    marked = batch.where(keyed).withColumns(
+        {_ADDS: F.max(adds.cast("int")).over(by_commit), _ROWS: F.count(F.lit(1)).over(by_commit)}
     )
-    deletes = removed.where("__rank = 1").drop("__rank").withColumn(CHANGE_TYPE, F.lit("delete"))
+    identity = {c.lower() for c in (*cdc.keys, *CHANGE_FEED_COLUMNS)}
+    removed = marked.where(f"{_ADDS} = 0").select(
+        *(
+            _col(c)
+            if c.lower() in identity
+            else F.when(F.col(_ROWS) > 1, F.lit(None).cast(batch.schema[c].dataType)).otherwise(_col(c)).alias(c)
+            for c in batch.columns
+        )
+    )
+    deletes = (
+        removed.withColumn(_ROWS, F.row_number().over(by_commit.orderBy(_col(COMMIT_VERSION))))  # alike: any one
+        .where(f"{_ROWS} = 1")
+        .drop(_ROWS)
+        .withColumn(CHANGE_TYPE, F.lit("delete"))
+    )
     unkeyed = batch.where(~keyed)  # each quarantined as it is (ChangeFeedSink.write_batch: unusable)
-    return marked.where(adds).unionByName(deletes).drop("__adds").unionByName(unkeyed)
+    return marked.where(adds).drop(_ADDS, _ROWS).unionByName(deletes).unionByName(unkeyed)
 
 
 def value_columns(events: DataFrame, cdc: Cdc) -> list[str]:

@@ -4,6 +4,7 @@ Delta tables (their change data feeds)."""
 from __future__ import annotations
 
 import json
+import posixpath
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +120,11 @@ def delta_source(check: SpecCheck, name: str, raw: Any) -> DeltaSource | None:
         check.problem(where, f"{name!r} is not a valid source name", "use lower_snake_case")
     if not spec:
         return None
-    path = str(spec.get("path", "")).rstrip("/")
+    written = str(spec.get("path", ""))
+    lake_path(check, f"{where}.path", written)
+    path = posixpath.normpath(written) if written else written  # `./silver//t/` is silver/t (tables.py's checks)
     if "path" in spec and path in ("", "."):
         check.problem(f"{where}.path", "the lake root itself is no Delta table", "give the table's folder")
-    lake_path(check, f"{where}.path", path)
     return DeltaSource(name=name, path=path)
 
 

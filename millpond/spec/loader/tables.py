@@ -145,19 +145,19 @@ def cdc_upstream_rules(check: SpecCheck, tables: dict[str, Table], table: Table)
             field = "from" if read == table.source else "join.with"
             read_table = tables[read]
             could_apply_feed = field == "from" and not (table.aggregate or table.join or table.stateful)
-            feed = (
-                f"apply its change data feed in a table with 'cdc: {{change_feed: true, keys: {list(read_table.keys)}}}', "
+            keys = list(read_table.keys)
+            fixes = (
+                f"apply its change data feed in a table with 'cdc: {{change_feed: true, keys: {keys}}}'"
                 if could_apply_feed and change_feed_refusal(read_table) is None
-                else ""
-            )
-            events = (
-                "" if read_table.reads_delta_source else f"read {read_table.source} (the events {read} applies), or "
+                else "",
+                "" if read_table.reads_delta_source else f"read {read_table.source} (the events {read} applies)",
+                f"query {read} in batch",
             )
             check.problem(
                 f"tables.{table.id}.{field}",
                 f"{read} applies a change feed: its rows are updated and deleted in place, and a stream of it "
                 "would skip those commits",
-                f"{feed}{events}query {read} in batch",
+                ", or ".join(fix for fix in fixes if fix),
             )
     upstream = tables.get(table.source)
     if reads_feed and upstream is not None:
@@ -197,6 +197,7 @@ def change_feed_refusal(upstream: Table) -> str | None:
 def delta_source_rules(check: SpecCheck, sources: dict[str, Source], tables: dict[str, Table]) -> None:
     """A Delta source is a table millpond does not write: not one of this pipeline's, nor its own bookkeeping."""
     own = {table.id.replace(".", "/"): table.id for table in tables.values()}
+    own |= {f"{path}_quarantine": f"{table_id}'s quarantine" for path, table_id in list(own.items())}
     for source in sources.values():
         if not isinstance(source, DeltaSource):
             continue

@@ -35,8 +35,12 @@ SPEC = {
     "shuffle_partitions": 2,
     "sources": {"crm": {"format": "delta", "path": "crm/customers"}},
     "tables": {
-        # as test_cdc.py's readers of silver.customers' feed: a mirror, and a history by commit on email
-        MIRROR: {"from": "delta.crm", "cdc": CHANGE_FEED_SPEC["tables"][CDC_MIRROR]["cdc"]},
+        # as test_cdc.py's readers of silver.customers' feed: a mirror (here with deletes of its own too, which
+        # must not stop Delta's from deleting), and a history by commit on email
+        MIRROR: {
+            "from": "delta.crm",
+            "cdc": {**CHANGE_FEED_SPEC["tables"][CDC_MIRROR]["cdc"], "apply_as_deletes": "email = 'gone@x'"},
+        },
         HISTORY: {"from": "delta.crm", "cdc": CHANGE_FEED_SPEC["tables"][BY_COMMIT]["cdc"]},
     },
 }

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from millpond.lake import paths
+from millpond.lake import checkpoints, paths
 from millpond.spec import Cdc, SpecError, load_pipeline
 from millpond.spec.reprocess import parse_interval, plan_reprocess
 from tests.support.cdc_reference import SCD1, SCD2, SPEC, delta_source_spec
@@ -232,7 +232,6 @@ def test_scd_type_true_is_no_scd_type(tmp_path):
 )
 def test_a_changed_cdc_block_is_a_change_the_checkpoint_cannot_follow(tmp_path, change):
     """The change store holds events by the old keys, sequence and delete rule: the run asks for a full refresh."""
-    from millpond.lake import checkpoints
 
     before = load(tmp_path).tables[SCD1]
     (tmp_path / checkpoints.SHAPE_FILE).write_text(json.dumps(checkpoints.shape(before)))
@@ -244,7 +243,6 @@ def test_a_changed_cdc_block_is_a_change_the_checkpoint_cannot_follow(tmp_path, 
 
 def test_a_checkpoint_recorded_before_change_feed_existed_still_follows_its_table(tmp_path):
     """Shapes recorded by CDC tables before `change_feed` was a field lack it: they read the appended rows."""
-    from millpond.lake import checkpoints
 
     table = load(tmp_path).tables[SCD1]
     recorded = checkpoints.shape(table)
@@ -341,7 +339,9 @@ def test_a_delta_source_with_a_file_source_s_fields_or_outside_the_lake_is_refus
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("silver/crm_mirror", "silver/crm_mirror is silver.crm_mirror, a table of this pipeline"),
+        ("./silver//crm_mirror/", "silver/crm_mirror is silver.crm_mirror, a table of this pipeline"),
+        ("silver/crm_mirror_quarantine", "silver/crm_mirror_quarantine is silver.crm_mirror's quarantine, a table of"),
+        ("crm/..", "the lake root itself is no Delta table"),
         ("_checkpoints/crm", "_checkpoints/crm is millpond's or Delta's own bookkeeping"),
         ("s3a://other/crm", "'s3a://other/crm' is absolute"),
         ("", "the lake root itself is no Delta table"),
@@ -355,3 +355,16 @@ def test_a_delta_source_is_a_table_millpond_does_not_write(tmp_path, path, messa
     with pytest.raises(SpecError) as caught:
         load_pipeline(spec_path, lake_root=tmp_path / "lake")
     assert f"sources.crm.path: {message}" in str(caught.value)
+
+
+def test_a_feed_reader_whose_source_lost_change_data_or_was_recreated_is_told_the_full_refresh(tmp_path):
+    pipeline = load_pipeline(
+        delta_source_spec(tmp_path, cdc={"change_feed": True, "keys": ["id"]}), lake_root=tmp_path / "lake"
+    )
+    mirror = pipeline.tables["silver.crm_mirror"]
+    for error, says in (
+        ("[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [3 , 4]", "its change data feed was off"),
+        ("[DIFFERENT_DELTA_TABLE_READ_BY_STREAMING_SOURCE] The streaming query was reading", "not the table its"),
+    ):
+        fix = checkpoints.spark_error_fix(pipeline, mirror, error)
+        assert fix and says in fix and "millpond run crm --full-refresh silver.crm_mirror" in fix, fix
