@@ -5,7 +5,7 @@ The envelopes are what `millpond generate customers` writes (out of log order, s
 spread over three partitions by key hash, so the order the stream reads them in is Kafka's, not the log's; one in
 seven of the first round's is sent a round late, after later changes of their keys were applied. The
 reference is the plain-Python fold of every envelope sent (tests/support/cdc_reference.py). Cost: two rounds of
-sends and in-process runs on the test worker's session, about 40 s beside the worker's broker.
+sends and in-process runs on the test worker's session, about 50 s beside the worker's broker.
 """
 
 from __future__ import annotations
