@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import defaultdict
 from datetime import datetime
 
@@ -26,6 +27,8 @@ from pyspark.sql.streaming.listener import (
 
 # Spark posts listener events asynchronously; the terminated event follows the last progress event.
 EVENTS_TIMEOUT_SECONDS = 60.0
+# How long a run's end waits for its queries' terminated events before removing its listener (await_ends).
+QUIET_SECONDS = 30.0
 
 
 class ProgressListener(StreamingQueryListener):
@@ -42,7 +45,8 @@ class ProgressListener(StreamingQueryListener):
         self.rows_read: dict[tuple[str, int], int] = {}
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        pass
+        with self._lock:
+            self._ended[str(event.runId)]  # a query of this listener's: its end is awaited (await_ends)
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
@@ -79,6 +83,18 @@ class ProgressListener(StreamingQueryListener):
         self.finished.extend((self.tables.get(query.name, query.name), p) for p in progresses)
         return progresses
 
+    def await_ends(self, timeout: float) -> None:
+        """Wait, at most `timeout` seconds, until every query this listener saw start has reported its end.
+
+        On Spark Connect, removing a listener while an event is still on its way deadlocks pyspark: its listener bus
+        joins the event thread while holding the lock that thread needs to deliver the event. Seen in CI when a
+        gate-failed query's terminated event trailed the run's own exception (the run hung in removeListener)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            pending = list(self._ended.values())
+        for ended in pending:
+            ended.wait(max(0.0, deadline - time.monotonic()))
+
     def claim_the_rest(self) -> None:
         """Batches of queries that failed (nobody asked for them) still belong in `_system/query_progress`."""
         with self._lock:
@@ -98,6 +114,7 @@ class listening:
         return self.listener
 
     def __exit__(self, *exc_info: object) -> None:
+        self.listener.await_ends(QUIET_SECONDS)  # no event in flight when the listener goes (await_ends)
         self.spark.streams.removeListener(self.listener)
         self.listener.claim_the_rest()
 
