@@ -3,8 +3,9 @@
 The notebook `display(streaming_df)` of the Structured Streaming course, for a spec: the same source read and
 the same plan `run_table` runs (sources.read_table_source + plan.plan_table, in the table's output mode), into a
 `foreachBatch` that collects each batch to the driver and prints it. Differences from a run, on purpose:
-- the source is read one file per micro-batch (Delta or landing), or --rows messages per micro-batch (Kafka, from
-  the spec's `starting_offsets`), so the batches are small and numbered, and the query stops after --batches of them;
+- the source is read one file per micro-batch (Delta or landing; a change feed's reader reads all that is new in
+  one, as its runs do), or --rows messages per micro-batch (Kafka, from the spec's `starting_offsets`), so the
+  batches are small and numbered, and the query stops after --batches of them;
 - the checkpoint lives in a temporary folder outside the lake, deleted afterwards, and no pipeline lock is
   taken: the lake (tables, quarantines, checkpoints, event log) is left exactly as it was (and a topic too: Spark's
   Kafka source commits no consumer offsets);

@@ -160,9 +160,8 @@ def read_delta_stream(spark: SparkSession, table: Table, upstream: str, pipeline
     and removed files, admitted file by file, and a key's delete and insert of one commit must meet in one batch
     (millpond.driver.sinks.cdc.net_changes)."""
     options = table.rate_limit.reader_options()
-    if table.output_mode == "complete" and not checkpoints.has_batches(pipeline, table):
-        options = {"maxFilesPerTrigger": str(WHOLE_SNAPSHOT_FILES)}
-    if table.reads_change_feed(upstream):  # whole commits (below): the loader refuses a rate limit here
+    rebuilds = table.output_mode == "complete" and not checkpoints.has_batches(pipeline, table)
+    if rebuilds or table.reads_change_feed(upstream):  # a feed: whole commits (below); its loader refuses a limit
         options = {"maxFilesPerTrigger": str(WHOLE_SNAPSHOT_FILES)}
     reader = spark.readStream.format("delta").options(**options)
     location = str(paths.upstream_path(pipeline, upstream))
