@@ -21,7 +21,7 @@ PIPELINE ?= activity
 
 .PHONY: setup venv jars jvm report-assets class-archive kafka-broker kafka-up kafka-down s3proxy s3a-jars s3-up s3-down browser demo check test test-integration test-outside-ci durations test-engine test-unit lint validate clean-lake help airflow-db run-dag up down stress bench
 help:
-	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table"
+	@echo "make demo   set up, land sample data, run the activity DAG through Airflow, print each table, name them in the catalog"
 	@echo "make check  the fast lane (minutes): lint (ruff check, ruff format --check, mypy), then the unit tests"
 	@echo "make test   set up, then the suite CI runs: make check, then every integration test but the few marked outside_ci"
 	@echo "make test-outside-ci  the integration scenarios that do not yet fit CI's 60 minutes (docs/testing.md)"
@@ -147,6 +147,8 @@ demo: setup airflow-db
 	$(BIN)/millpond generate activity --files 3 --rows 2000 --duplicates 0.03 --malformed 0.005
 	$(MAKE) --no-print-directory run-dag PIPELINE=activity
 	$(BIN)/millpond status activity
+	$(BIN)/millpond catalog sync 2>"$(AIRFLOW_HOME)/catalog-sync.log" || { tail -20 "$(AIRFLOW_HOME)/catalog-sync.log"; exit 1; }
+	$(BIN)/millpond sql "SELECT Device, total_recordings FROM gold.device_counts ORDER BY total_recordings DESC LIMIT 5" 2>/dev/null
 
 # Long seeded crash loop (docs/reliability.md); `make test` runs 3 cycles of the same loop.
 CYCLES ?= 30
@@ -170,7 +172,7 @@ up: setup airflow-db
 	    scripts/airflow-up.sh
 
 down:
-	scripts/airflow-down.sh; status=$$?; $(BIN)/millpond engine stop; exit $$status
+	scripts/airflow-down.sh; status=$$?; $(BIN)/millpond engine stop; $(BIN)/millpond catalog stop; exit $$status
 
 # The report pages are checked in a real headless browser (tests/integration/quality_gate/test_reports_browser.py).
 # A missing Chromium is installed from Debian's packages where this user may (root, as on CI's fresh machines);

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import cast
 
 from millpond import settings
+from millpond.catalog import commands as catalog_commands
 from millpond.lake import paths, storage
 from millpond.project.scaffold import DEFAULT_PIPELINE
 from millpond.spec import FileSource, KafkaSource, Pipeline, SpecError, load_pipeline, validate_all
@@ -452,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     freshness.add_argument("--json", action="store_true")
     freshness.add_argument("--at", help="evaluate at this ISO instant instead of now (e.g. 2026-11-28T15:00:00Z)")
     freshness.set_defaults(func=cmd_freshness)
+    catalog_commands.add_parsers(sub)
     status = sub.add_parser("status", help="each table's path, rows and version, and the last run's outcome")
     status.add_argument("pipeline")
     status.add_argument("--json", action="store_true")

@@ -117,6 +117,27 @@ S3A_JARS = Setting(
     "classpath only when the lake is on object storage. Default: `<project>/.cache/s3a-jars`.",
     PLACES,
 )
+CATALOG_HOME = Setting(
+    "MILLPOND_CATALOG_HOME",
+    "",
+    "Where the catalog's embedded PostgreSQL keeps its data (readable by its owner only), its generated password and "
+    "its port (docs/sql.md). Default: `<project>/catalog_home`.",
+    PLACES,
+)
+METASTORE_URL = Setting(
+    "MILLPOND_METASTORE_URL",
+    "",
+    "The JDBC URL of a PostgreSQL database to keep the catalog in instead of the embedded one "
+    "(`jdbc:postgresql://host:5432/metastore`, as docker-compose's `postgres` service); with "
+    "MILLPOND_METASTORE_USER and MILLPOND_METASTORE_PASSWORD. Unset: millpond starts its own on loopback.",
+    PLACES,
+)
+METASTORE_USER = Setting(
+    "MILLPOND_METASTORE_USER", "millpond", "The user millpond logs in as to MILLPOND_METASTORE_URL's database.", PLACES
+)
+METASTORE_PASSWORD = Setting(
+    "MILLPOND_METASTORE_PASSWORD", "", "The password of MILLPOND_METASTORE_USER (never logged).", PLACES
+)
 LEASE_SECONDS = Setting(
     "MILLPOND_LEASE_SECONDS",
     "60",
@@ -245,6 +266,10 @@ ALL = (
     JARS,
     REPORT_ASSETS,
     S3A_JARS,
+    CATALOG_HOME,
+    METASTORE_URL,
+    METASTORE_USER,
+    METASTORE_PASSWORD,
     LEASE_SECONDS,
     SPARK_MASTER,
     SPARK_UI,
@@ -327,6 +352,10 @@ def s3a_jars_dir() -> Path:
 
 def report_assets_dir() -> Path:
     return _place(REPORT_ASSETS, ".cache", "report-assets")
+
+
+def catalog_home() -> Path:
+    return _place(CATALOG_HOME, "catalog_home")
 
 
 def cache_dir() -> Path:

