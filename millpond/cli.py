@@ -238,8 +238,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
             )
             print(
                 f"millpond: engine pid {state.pid} {'started' if started else 'already up'} on "
-                f"{state.host}:{state.port} for {lake} (code {state.fingerprint}); log {state.log}. {usage} set to the "
-                "line below",
+                f"{state.host}:{state.port} for {lake} (code {state.fingerprint}); log {state.log}. SQL clients: "
+                f"{state.jdbc_url} (docs/sql.md). {usage} set to the line below",
                 file=sys.stderr,
             )
             print(state.airflow_connection if args.airflow_connection else state.remote)

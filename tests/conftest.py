@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Generator
 from pathlib import Path
@@ -95,8 +96,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_catalog_home() -> Generator[Path, None, None]:
+    """The catalog (millpond.catalog) of this test worker: an engine a test starts opens it, starting millpond's
+    PostgreSQL, and the project's own `catalog_home/` is not the tests'. In a folder `nobody` can enter (PostgreSQL
+    runs as `nobody` under root), its server stopped when the worker ends."""
+    from millpond.catalog import database
+
+    parent = Path(tempfile.mkdtemp(prefix="millpond-catalog-"))
+    parent.chmod(0o755)
+    os.environ["MILLPOND_CATALOG_HOME"] = str(parent / "catalog")
+    yield parent / "catalog"
+    database.stop(lambda _: None)
+    shutil.rmtree(parent, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def engine_server(tmp_path_factory, request) -> Generator[dict, None, None]:
+def engine_server(tmp_path_factory, request, session_catalog_home) -> Generator[dict, None, None]:
     """One engine (`millpond engine start`, a Spark Connect server) per test worker, started the first time a test
     asks for it and shared by every test of the worker that runs on the engine: the engine backend of the tests
     written for both backends (tests/support/backends.py), and every run in `make test-engine`.

@@ -8,6 +8,10 @@ which reads and writes by path, has no reason to pay.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from xml.sax.saxutils import escape
+
 from millpond import settings
 from millpond.catalog.database import Database
 
@@ -15,7 +19,9 @@ POSTGRES_JDBC_JAR = "postgresql-42.7.14.jar"  # build/jars.pom.xml fetches it in
 
 
 def launch_conf(database: Database) -> dict[str, str]:
-    """What the JVM must start with (all static: the catalog is chosen when the SparkContext starts)."""
+    """What the JVM must start with (all static: the catalog is chosen when the SparkContext starts). How to reach
+    the database, password included, is in a hive-site.xml of the catalog home's private folder on the driver's class
+    path, where Spark's Hive client reads it: on a command line (`--conf`), `ps` would show the password."""
     jar = settings.jars_dir() / POSTGRES_JDBC_JAR
     if not jar.is_file():
         raise RuntimeError(
@@ -24,14 +30,10 @@ def launch_conf(database: Database) -> dict[str, str]:
     return {
         "spark.sql.catalogImplementation": "hive",
         # The metastore's DataNucleus loads the driver through the JVM's own class loader: spark.jars is too late.
-        "spark.driver.extraClassPath": str(jar),
+        "spark.driver.extraClassPath": os.pathsep.join([str(jar), str(private_conf(database))]),
         # Only external tables are registered (their data stays at their lake paths); a CREATE SCHEMA still needs a
         # default folder, which never holds data.
         "spark.sql.warehouse.dir": str(settings.catalog_home() / "warehouse"),
-        "spark.hadoop.javax.jdo.option.ConnectionURL": database.url,
-        "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
-        "spark.hadoop.javax.jdo.option.ConnectionUserName": database.user,
-        "spark.hadoop.javax.jdo.option.ConnectionPassword": database.password,  # redacted in Spark's UI (".*password")
         # The metastore's tables are created by the first client that finds them missing. Not autoCreateAll: on
         # PostgreSQL it deadlocks on its own foreign keys at the first CREATE TABLE (two connections, one idle in
         # transaction; seen in pg_stat_activity).
@@ -39,3 +41,29 @@ def launch_conf(database: Database) -> dict[str, str]:
         "spark.hadoop.datanucleus.schema.autoCreateColumns": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
     }
+
+
+def private_conf(database: Database) -> Path:
+    """A folder only this user may open, holding the hive-site.xml that says how to reach the database."""
+    folder = settings.catalog_home() / "spark-conf"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    properties = {
+        "javax.jdo.option.ConnectionURL": database.url,
+        "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        "javax.jdo.option.ConnectionUserName": database.user,
+        "javax.jdo.option.ConnectionPassword": database.password,
+    }
+    body = "".join(
+        f"  <property><name>{escape(name)}</name><value>{escape(value)}</value></property>\n"
+        for name, value in properties.items()
+    )
+    target = folder / "hive-site.xml"
+    text = f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n'
+    if not target.is_file() or target.read_text() != text:
+        partial = folder / f"hive-site.xml.{os.getpid()}"
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(text)
+        os.replace(partial, target)
+    return folder

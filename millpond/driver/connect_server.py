@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING
 
 import millpond
 from millpond import process_env, settings
+from millpond.catalog import database as catalog_database
+from millpond.catalog import metastore
 from millpond.driver import class_archive, jars, s3a
 from millpond.driver.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 from millpond.lake import paths
@@ -65,6 +67,7 @@ STOP_TIMEOUT_SECONDS = 30.0
 # Python packages whose version changes what the server's batch workers run.
 PACKAGES = ("pyspark", "pyspark-client", "delta-spark", "great-expectations", "deltalake", "pyarrow", "pandas")
 RESTART = "millpond engine stop && millpond engine start"
+CLASS_PATH = "spark.driver.extraClassPath"
 
 
 class EngineError(RuntimeError):
@@ -92,6 +95,12 @@ class EngineState:
     @property
     def client_host(self) -> str:
         return "localhost" if self.host in ("127.0.0.1", "localhost") else self.host
+
+    @property
+    def jdbc_url(self) -> str:
+        """The same engine for SQL clients: Spark Connect's JDBC driver (pyspark's `jars/connect-repl/`, beeline with
+        SPARK_CONNECT_BEELINE=1) takes SPARK_REMOTE's form behind `jdbc:`."""
+        return f"jdbc:{self.remote}"
 
     @property
     def airflow_connection(self) -> str:
@@ -301,22 +310,28 @@ def server_command(
     fingerprint: str,
     transforms: dict[str, str] | None = None,
     token: bool = True,
+    catalog: dict[str, str] | None = None,
 ) -> list[str]:
     """spark-submit of the Connect server with millpond's jars and confs (those session.build_spark_session sets),
     and on an object-store lake the s3a jars and settings (never a credential: the server's batches reach the bucket
     with the AWS_* variables of the environment it was started in). With `token`, Spark's own ports and its UI are
     closed too (`_spark_transport_conf`, `_ui_conf`); without (a private container network) they stay as Spark's
-    defaults, as the Connect port does."""
+    defaults, as the Connect port does. `catalog`: the metastore's launch settings (millpond.catalog.metastore), so
+    every session on the engine, and SQL clients, see tables by name."""
 
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None, "pyspark is a dependency of millpond"
     submit = Path(spec.origin).parent / "bin" / "spark-submit"
     lake_launch = s3a.launch_conf(master)  # {} for a folder lake
     shipped = [*jars.spark_jars(), *filter(None, lake_launch.pop("spark.jars", "").split(","))]
+    catalog = dict(catalog or {})
+    class_path = os.pathsep.join(filter(None, [lake_launch.pop(CLASS_PATH, ""), catalog.pop(CLASS_PATH, "")]))
     conf = {
         **base_conf(),
         **s3a.session_conf(),
         **lake_launch,
+        **catalog,
+        **({CLASS_PATH: class_path} if class_path else {}),
         "spark.jars": ",".join(shipped),
         **_ui_conf(token),
         **(_spark_transport_conf(master) if token else {}),
@@ -330,7 +345,7 @@ def server_command(
     }
     if master.startswith("local"):
         conf[LISTING_THRESHOLD] = str(LOCAL_LISTING_THRESHOLD)
-    archive = class_archive.driver_options(lake_launch.get("spark.driver.extraClassPath", ""))
+    archive = class_archive.driver_options(class_path)
     if archive:  # the server's JVM starts on the runs' class-data archive too
         conf["spark.driver.extraJavaOptions"] = archive
     command = [str(submit), "--master", master, "--class", SERVER_CLASS]
@@ -413,7 +428,8 @@ def start(
     _check_folder(paths.engine_dir(lake))  # before its mode is set and its log opened: both follow a symlink
     os.chmod(paths.engine_dir(lake), 0o700)
     master = master or settings.SPARK_MASTER.value()
-    command = server_command(master, host, port, fingerprint, transform_parts(parts), token)
+    catalog = _catalog_launch_conf()
+    command = server_command(master, host, port, fingerprint, transform_parts(parts), token, catalog)
     if token and settings.SPARK_UI.value().lower() == "true":
         print(
             f"millpond: {settings.SPARK_UI.name}=true is not honoured by an engine with a token: Spark's UI has no "
@@ -519,6 +535,23 @@ def stale_message(server: str | None, ours: str, server_parts: dict[str, str], o
 
 def _machine() -> str:
     return socket.gethostname()
+
+
+def _catalog_launch_conf() -> dict[str, str]:
+    """The catalog's settings for the server (millpond's PostgreSQL started first if need be), or none, said loudly,
+    when the catalog cannot be reached: runs work by path and need no catalog, so they are not stopped for it."""
+    try:
+        return metastore.launch_conf(catalog_database.connection(_say))
+    except (catalog_database.CatalogDatabaseError, RuntimeError) as exc:
+        _say(
+            f"millpond: the engine starts WITHOUT the catalog (tables by path only; `millpond sql` starts its own "
+            f"JVM): {exc}"
+        )
+        return {}
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _now() -> str:

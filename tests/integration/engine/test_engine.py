@@ -23,7 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pyspark
 import pytest
+from deltalake import DeltaTable
 
 from millpond.dev.sample_data import activity_files
 from millpond.driver import runner
@@ -37,6 +39,9 @@ from tests.support.stress import MILLPOND
 pytestmark = pytest.mark.integration
 
 TABLES = ("bronze.activity", "silver.activity", "gold.device_counts", "gold.activity_hourly")
+
+
+QUIET: dict = {"capture_output": True, "text": True, "timeout": 180}
 
 
 def millpond(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -295,6 +300,40 @@ def test_each_run_has_a_session_of_its_own_and_pipelines_overlap(spark, lake, en
         landed_lines = sum(len(f.read_text().splitlines()) for f in (lake / "landing" / source).rglob("*.json"))
         table = spark.read.format("delta").load(str(paths.table_path(f"bronze.{source}", lake)))
         assert landed_lines and table.count() == landed_lines, source
+
+
+def test_tables_by_name_on_the_engine_for_millpond_sql_a_connect_client_and_beeline(engine):
+    """The engine opens the catalog (docs/sql.md): `millpond sql` and `catalog sync` use it instead of a JVM of their
+    own, and a notebook's Connect session and beeline over Spark Connect's JDBC driver see the same names."""
+    lake, env = engine["lake"], engine["env"]
+    activity_files(lake / "landing" / "activity", 2, 200, malformed=0.02, seed=3)
+    assert millpond(run_env(lake, engine), "run", "activity").returncode == 0
+    expected = DeltaTable(str(lake / "gold" / "device_counts")).to_pyarrow_table().num_rows
+
+    synced = millpond(env, "catalog", "sync")
+    assert synced.returncode == 0 and "on the engine" in synced.stderr, synced.stderr[-3000:]
+    assert "created   gold.device_counts" in synced.stdout
+    query = "SELECT count(*) AS n FROM gold.device_counts"
+    by_sql = millpond(env, "sql", query, "--format", "csv")
+    assert (by_sql.returncode, by_sql.stdout) == (0, f"n\n{expected}\n"), by_sql.stderr[-3000:]
+    assert "on the engine" in by_sql.stderr
+
+    probe = "import sys\nfrom pyspark.sql import SparkSession\n"
+    probe += "print(SparkSession.builder.remote(sys.argv[1]).create().sql(sys.argv[2]).collect()[0][0])\n"
+    client = subprocess.run([sys.executable, "-c", probe, engine["remote"], query], **QUIET, env=clean_env())
+    assert client.stdout.strip() == str(expected), client.stderr[-2000:]
+
+    again = millpond(env, "engine", "start")  # already up: says where SQL clients connect
+    (jdbc,) = [w for w in again.stderr.split() if w.startswith("jdbc:sc://")]
+    beeline = [str(Path(pyspark.__file__).parent / "bin" / "beeline"), "--outputformat=csv2", "-e", query]
+    client_env = clean_env(SPARK_CONNECT_BEELINE="1")
+    answer = subprocess.run([*beeline, "-u", jdbc], **QUIET, env=client_env)
+    assert f"n\n{expected}\n" in answer.stdout, answer.stdout + answer.stderr[-3000:]
+    refused = subprocess.run([*beeline, "-u", jdbc.split(";")[0]], **QUIET, env=client_env)
+    assert "UNAUTHENTICATED" in refused.stdout + refused.stderr and f"n\n{expected}" not in refused.stdout
+
+    password = (Path(env["MILLPOND_CATALOG_HOME"]) / "password").read_text().strip()
+    assert not [p.pid for p in psutil.process_iter(["cmdline"]) if password in " ".join(p.info["cmdline"] or [])]
 
 
 def test_stop_ends_the_server_and_its_process_group(engine):
