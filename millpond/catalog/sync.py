@@ -73,6 +73,31 @@ def sync(spark: SparkSession, pipelines: list[Pipeline], root: LakePath | None =
     return result
 
 
+def name_missing(spark: SparkSession, pipelines: list[Pipeline]) -> list[str]:
+    """Name what exists in the lake but not in the catalog, checking only names (one listing per schema): what a run
+    on the engine does after making a table. Locations and comments are `sync`'s to check."""
+    entries = contents.tables(pipelines)
+    views = contents.views(entries)
+    result = SyncResult()
+    present: set[str] = set()
+    for schema in dict.fromkeys([e.schema for e in entries] + [v.schema for v in views]):
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
+        present |= {f"{schema}.{row['tableName']}" for row in spark.sql(f"SHOW TABLES IN `{schema}`").collect()}
+    for entry in entries:
+        if entry.qualified not in present:
+            _sync_table(spark, entry, result)
+    for view in views:
+        if view.qualified not in present:
+            _sync_view(spark, view, result)
+    return result.created + result.replaced
+
+
+def sees_catalog(spark: SparkSession) -> bool:
+    """Whether the session's JVM opened the catalog (the engine, `millpond sql`), not the in-memory one of a run's
+    own JVM."""
+    return spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "hive"
+
+
 def _sync_table(spark: SparkSession, entry: Entry, result: SyncResult) -> None:
     current = registered(spark, entry.qualified)
     if current is not None and (current.kind, current.location, current.comment) == (
@@ -84,8 +109,9 @@ def _sync_table(spark: SparkSession, entry: Entry, result: SyncResult) -> None:
         return
     if current is not None:
         _drop_name(spark, entry.qualified, current)
+    # IF NOT EXISTS: two runs on the engine may name the same system table at once
     spark.sql(
-        f"CREATE TABLE {_quoted(entry.qualified)} USING DELTA LOCATION {_literal(entry.location)} "
+        f"CREATE TABLE IF NOT EXISTS {_quoted(entry.qualified)} USING DELTA LOCATION {_literal(entry.location)} "
         f"COMMENT {_literal(entry.comment)}"
     )
     (result.replaced if current is not None else result.created).append(entry.qualified)
@@ -110,7 +136,7 @@ def _drop_name(spark: SparkSession, name: str, current: Registered) -> None:
             "and millpond's table of that name lives in the lake. Fix: rename or drop that table yourself, then "
             "run `millpond catalog sync` again"
         )
-    spark.sql(f"DROP {'VIEW' if current.kind == 'VIEW' else 'TABLE'} {_quoted(name)}")
+    spark.sql(f"DROP {'VIEW' if current.kind == 'VIEW' else 'TABLE'} IF EXISTS {_quoted(name)}")
 
 
 def registered(spark: SparkSession, name: str) -> Registered | None:

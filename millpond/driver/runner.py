@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from millpond.catalog.sync import name_missing, sees_catalog
 from millpond.driver import driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess, storage
 from millpond.lake.backlog import pipeline_backlog
@@ -280,7 +281,31 @@ def _run_locked(
     code = record_run(
         pipeline, run, drain.results, phases, args, batch_rows(pipeline.name, run.run_id, listener), bool(refused)
     )
+    name_in_catalog(spark, pipeline, drain.results)
     return 2 if refused else code
+
+
+def name_in_catalog(spark: SparkSession, pipeline: Pipeline, results: list[TableResult]) -> None:
+    """On an engine that opened the catalog, name a table or quarantine the run may have made (a new table, or rows
+    set aside): a listing per schema, about 0.4 s on a warm engine, so a run that made nothing new pays nothing. A
+    run in a JVM of its own does not open the catalog (6 to 15 s more per JVM): it says how to name a table it
+    created. Never fails the run: its tables and its record are committed."""
+    created = [r.table for r in results if r.version_before < 0 and r.outcome == "succeeded"]
+    if not created and not any(r.rows_quarantined for r in results):
+        return
+    try:
+        if sees_catalog(spark):
+            if named := name_missing(spark, [pipeline]):
+                print(f"millpond: named in the catalog: {', '.join(named)}")
+        elif created:
+            print(
+                f"millpond: {', '.join(created)} not in the catalog yet: `millpond catalog sync` names it (docs/sql.md)"
+            )
+    except Exception as exc:  # noqa: BLE001 - naming is a convenience here; the run itself is committed
+        print(
+            f"millpond: could not name the run's tables in the catalog ({exc}); `millpond catalog sync` will",
+            file=sys.stderr,
+        )
 
 
 def backlog_by_table(pipeline: Pipeline, tables: list[str]) -> dict[str, tuple[int | None, ...]]:

@@ -125,9 +125,12 @@ def assert_names(held: dict[str, tuple[str, str, str, int]], lake: Path) -> None
     assert not unexpected, f"names of no table in the lake: {sorted(unexpected)}"
 
 
-def test_every_table_by_name_from_a_sync_that_rebuilds_and_follows_the_lake(lake, spark, catalog_home, monkeypatch):
+def test_every_table_by_name_from_a_sync_that_rebuilds_and_follows_the_lake(
+    lake, spark, catalog_home, monkeypatch, capsys
+):
     activity_files(lake / "landing" / "activity", 2, 300, malformed=0.02, seed=7)
     assert runner.main(["activity", "--run-id", "first"]) == 0
+    assert "not in the catalog yet: `millpond catalog sync`" in capsys.readouterr().out  # a run's own JVM: no catalog
     activity_files(lake / "landing" / "activity", 1, 300, malformed=0.02, seed=8, start_index=2)
     assert runner.main(["activity", "--run-id", "second"]) == 0
     versions = {t: latest_version(paths.table_path(t)) for t in TABLES}

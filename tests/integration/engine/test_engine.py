@@ -303,20 +303,22 @@ def test_each_run_has_a_session_of_its_own_and_pipelines_overlap(spark, lake, en
 
 
 def test_tables_by_name_on_the_engine_for_millpond_sql_a_connect_client_and_beeline(engine):
-    """The engine opens the catalog (docs/sql.md): `millpond sql` and `catalog sync` use it instead of a JVM of their
-    own, and a notebook's Connect session and beeline over Spark Connect's JDBC driver see the same names."""
+    """The engine opens the catalog (docs/sql.md): a run on it names the tables it made, `millpond sql` and `catalog
+    sync` use it instead of a JVM of their own, and a notebook's Connect session and beeline over Spark Connect's JDBC
+    driver see the same names."""
     lake, env = engine["lake"], engine["env"]
     activity_files(lake / "landing" / "activity", 2, 200, malformed=0.02, seed=3)
-    assert millpond(run_env(lake, engine), "run", "activity").returncode == 0
+    ran = millpond(run_env(lake, engine), "run", "activity")
+    assert ran.returncode == 0 and "named in the catalog: bronze.activity" in ran.stdout, ran.stdout[-3000:]
     expected = DeltaTable(str(lake / "gold" / "device_counts")).to_pyarrow_table().num_rows
 
-    synced = millpond(env, "catalog", "sync")
-    assert synced.returncode == 0 and "on the engine" in synced.stderr, synced.stderr[-3000:]
-    assert "created   gold.device_counts" in synced.stdout
-    query = "SELECT count(*) AS n FROM gold.device_counts"
+    query = "SELECT count(*) AS n FROM gold.device_counts"  # named by the run itself: no sync before
     by_sql = millpond(env, "sql", query, "--format", "csv")
     assert (by_sql.returncode, by_sql.stdout) == (0, f"n\n{expected}\n"), by_sql.stderr[-3000:]
     assert "on the engine" in by_sql.stderr
+    synced = millpond(env, "catalog", "sync")
+    assert synced.returncode == 0 and "on the engine" in synced.stderr, synced.stderr[-3000:]
+    assert synced.stdout.splitlines()[-1].startswith("catalog: 0 created, 0 replaced"), synced.stdout
 
     probe = "import sys\nfrom pyspark.sql import SparkSession\n"
     probe += "print(SparkSession.builder.remote(sys.argv[1]).create().sql(sys.argv[2]).collect()[0][0])\n"
