@@ -148,6 +148,7 @@ demo: setup airflow-db
 	$(MAKE) --no-print-directory run-dag PIPELINE=activity
 	$(BIN)/millpond status activity
 	$(BIN)/millpond catalog sync 2>"$(AIRFLOW_HOME)/catalog-sync.log" || { tail -20 "$(AIRFLOW_HOME)/catalog-sync.log"; exit 1; }
+	@grep "^millpond:" "$(AIRFLOW_HOME)/catalog-sync.log" || true
 	$(BIN)/millpond sql "SELECT Device, total_recordings FROM gold.device_counts ORDER BY total_recordings DESC LIMIT 5" 2>/dev/null
 
 # Long seeded crash loop (docs/reliability.md); `make test` runs 3 cycles of the same loop.

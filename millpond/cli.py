@@ -232,17 +232,21 @@ def cmd_engine(args: argparse.Namespace) -> int:
         if args.action == "start":
             state, started = engine.start(args.host, args.port, args.master, args.foreground, not args.no_token)
             usage = (
-                "Airflow's tasks use it with AIRFLOW_CONN_SPARK_CONNECT_MILLPOND"
+                "SQL clients connect with the URL below (it holds the token)"
+                if args.jdbc
+                else "Airflow's tasks use it with AIRFLOW_CONN_SPARK_CONNECT_MILLPOND set to the line below"
                 if args.airflow_connection
-                else "Runs use it with SPARK_REMOTE"
+                else "Runs use it with SPARK_REMOTE set to the line below"
             )
             print(
                 f"millpond: engine pid {state.pid} {'started' if started else 'already up'} on "
                 f"{state.host}:{state.port} for {lake} (code {state.fingerprint}); log {state.log}. SQL clients: "
-                f"{state.jdbc_url} (docs/sql.md). {usage} set to the line below",
+                f"`millpond engine start --jdbc` prints their URL (docs/sql.md). {usage}",
                 file=sys.stderr,
             )
-            print(state.airflow_connection if args.airflow_connection else state.remote)
+            print(
+                state.jdbc_url if args.jdbc else state.airflow_connection if args.airflow_connection else state.remote
+            )
             return 0
         if args.action == "stop":
             stopped = engine.stop(lake)
@@ -437,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
         "--airflow-connection",
         action="store_true",
         help="start: print the engine as an Airflow connection (AIRFLOW_CONN_SPARK_CONNECT_MILLPOND), not SPARK_REMOTE",
+    )
+    engine.add_argument(
+        "--jdbc", action="store_true", help="start: print the engine's JDBC URL for SQL clients (token included)"
     )
     engine.add_argument("--json", action="store_true")
     engine.set_defaults(func=cmd_engine)

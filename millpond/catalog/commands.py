@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from millpond import settings
 from millpond.catalog import database
 
 # Imported inside functions: pyspark (and the catalog's session) only for a command that starts Spark, so `millpond
@@ -23,7 +24,9 @@ def cmd_catalog(args: argparse.Namespace) -> int:
             print(f"catalog: {reached.url} (user {reached.user})")
             return 0
         if args.action == "stop":
-            if not database.stop(say):
+            if settings.METASTORE_URL.raw() is not None:
+                say("millpond: the catalog is in MILLPOND_METASTORE_URL's database, which millpond does not stop")
+            elif not database.stop(say):
                 say(f"millpond: the catalog's PostgreSQL was not running ({database.embedded().data})")
             return 0
         if args.action == "status":
@@ -35,6 +38,9 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def _status() -> int:
+    if (url := settings.METASTORE_URL.raw()) is not None:
+        print(f"catalog: in MILLPOND_METASTORE_URL's database {url}; millpond runs no server of its own")
+        return 0
     server = database.embedded()
     up = database.running(server) if server.data.is_dir() else False
     port = server.port()
@@ -73,7 +79,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     try:
         spark = catalog_session(say)
-    except database.CatalogDatabaseError as exc:
+    except RuntimeError as exc:  # no database, no JDBC jar, an engine it cannot use: each names its fix
         say(f"millpond: {exc}")
         return 1
     try:

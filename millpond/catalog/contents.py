@@ -73,7 +73,8 @@ def tables(pipelines: list[Pipeline], root: LakePath | None = None) -> list[Entr
     found: list[Entry] = []
     for pipeline in pipelines:
         for table in pipeline.tables.values():
-            comment = table.description or f"{table.layer} table of pipeline {pipeline.name}"
+            # one line: the catalog's listing gives a comment one line (a `|` block would never compare equal)
+            comment = " ".join(table.description.split()) or f"{table.layer} table of pipeline {pipeline.name}"
             found.append(Entry(table.layer, table.name, str(paths.table_path(table.id, root)), comment))
             found.append(
                 Entry(

@@ -31,6 +31,8 @@ USER = "millpond"  # the server's superuser, whom the metastore logs in as
 DATABASE = "metastore"
 SERVER_USER_AS_ROOT = "nobody"  # the unprivileged account the server runs as when millpond runs as root
 START_TIMEOUT_SECONDS = 60
+PORTS = range(25432, 25532)  # below Linux's ephemeral ports (32768 and up)
+INITIALIZED = "initialized"  # under the catalog home, once initdb has finished
 # Under the catalog home: the database URL whose metastore tables exist (millpond.catalog.session).
 METASTORE_READY = "metastore-ready"
 
@@ -100,7 +102,7 @@ def ensure_running(say: Callable[[str], None] = print) -> Database:
     it; says what it did, and nothing when the server was up."""
     server = embedded()
     with _lock(server.home):
-        if not (server.data / "PG_VERSION").is_file():
+        if not (server.home / INITIALIZED).is_file():  # initdb writes PG_VERSION before it is done
             _initialize(server)
             say(f"millpond: created the catalog's PostgreSQL data folder {server.data}")
         if not running(server):
@@ -140,6 +142,7 @@ def stop(say: Callable[[str], None] = print) -> bool:
 
 def _initialize(server: Embedded) -> None:
     server.home.mkdir(parents=True, exist_ok=True)
+    server.state_file.unlink(missing_ok=True)
     if server.data.exists():  # a half-made folder of an interrupted first start
         shutil.rmtree(server.data)
     server.data.mkdir(mode=0o700)
@@ -169,13 +172,23 @@ def _initialize(server: Embedded) -> None:
             f"initdb of the catalog's PostgreSQL in {server.data} failed: {done.stderr.strip()[-2000:]}"
             + _reach_hint(server.data)
         )
+    (server.home / INITIALIZED).write_text("")
 
 
 def _start(server: Embedded) -> int:
+    """Start the server on the port it was given at first (JVMs that opened the catalog, the engine's, keep its URL);
+    a first start takes a free port outside the kernel's ephemeral range, where another program's passing connection
+    could have it when the server restarts."""
     port = server.port()
-    if port is None or not _free(port):
-        port = _free_port()
-    server.state_file.write_text(json.dumps({"port": port}))
+    if port is None:
+        port = next((p for p in PORTS if _free(p)), None) or _free_port()
+        _write_private(server.state_file, json.dumps({"port": port}))
+    elif not _free(port):
+        raise CatalogDatabaseError(
+            f"port {port} of the catalog's PostgreSQL ({server.state_file}) is taken by another program. Fix: end "
+            f"that program, or delete {server.state_file} to have another port chosen (then restart the engine: "
+            "`millpond engine stop && millpond engine start`)"
+        )
     options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
     done = _as_server_user(
         [
@@ -274,10 +287,13 @@ def _reach_hint(data: Path) -> str:
 
 
 def _write_private(path: Path, text: str) -> None:
-    path.unlink(missing_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """Readable by this user only from its first byte, and whole when it appears (a reader never sees it half done)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.unlink(missing_ok=True)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(text + "\n")
+    os.replace(partial, path)
 
 
 def _free(port: int) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
@@ -44,6 +45,10 @@ def _text(value: Any, null: str = "") -> str:
 
 
 def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or infinity: "nan", "inf", as Spark prints them
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, Decimal):

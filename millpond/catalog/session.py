@@ -10,20 +10,18 @@ from typing import TYPE_CHECKING
 
 from millpond import settings
 from millpond.catalog import database, metastore
+from millpond.catalog.sync import CATALOG_IMPLEMENTATION, HIVE
 from millpond.driver import connect_server
 from millpond.driver.session import build_spark_session, connect_session
 
 if TYPE_CHECKING:  # annotations only: the session is built by millpond.driver.session
     from pyspark.sql import SparkSession
 
-HIVE = "hive"
-CATALOG_IMPLEMENTATION = "spark.sql.catalogImplementation"
-
 
 def catalog_session(say: Callable[[str], None] = print) -> SparkSession:
+    reached = database.connection(say)  # started first if stopped, on the engine's path too
     spark = _on_engine(say)
     if spark is None:
-        reached = database.connection(say)
         spark = build_spark_session("millpond-catalog", launch_conf=metastore.launch_conf(reached))
         if spark.conf.get(CATALOG_IMPLEMENTATION, "") != HIVE:
             raise RuntimeError(

@@ -53,60 +53,51 @@ class Registered:
     view_text: str
 
 
+CATALOG_IMPLEMENTATION, HIVE = "spark.sql.catalogImplementation", "hive"
+
+
 def sync(spark: SparkSession, pipelines: list[Pipeline], root: LakePath | None = None) -> SyncResult:
-    entries = contents.tables(pipelines, root)
-    views = contents.views(entries)
-    result = SyncResult()
-    schemas = dict.fromkeys([e.schema for e in entries] + [v.schema for v in views])
-    for schema in schemas:
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
-    for entry in entries:
-        _sync_table(spark, entry, result)
-    for view in views:
-        _sync_view(spark, view, result)
-    wanted = {e.qualified for e in entries} | {v.qualified for v in views}
-    for schema in schemas:
-        for row in spark.sql(f"SHOW TABLES IN `{schema}`").collect():
-            name = f"{schema}.{row['tableName']}"
-            if not row["isTemporary"] and name not in wanted:
-                result.not_in_specs.append(name)
-    return result
+    """Every name checked: kind, location, comment (a view's text): one listing per schema."""
+    return _apply(spark, pipelines, root, everything=True)
 
 
 def name_missing(spark: SparkSession, pipelines: list[Pipeline]) -> list[str]:
-    """Name what exists in the lake but not in the catalog, checking only names (one listing per schema): what a run
-    on the engine does after making a table. Locations and comments are `sync`'s to check."""
-    entries = contents.tables(pipelines)
-    views = contents.views(entries)
-    result = SyncResult()
-    present: set[str] = set()
-    for schema in dict.fromkeys([e.schema for e in entries] + [v.schema for v in views]):
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
-        present |= {f"{schema}.{row['tableName']}" for row in spark.sql(f"SHOW TABLES IN `{schema}`").collect()}
-    for entry in entries:
-        if entry.qualified not in present:
-            _sync_table(spark, entry, result)
-    for view in views:
-        if view.qualified not in present:
-            _sync_view(spark, view, result)
+    """What a run on the engine does after making a table: name what is missing or points at another lake (several
+    lakes may share a catalog: the last to run is named); comments are `sync`'s to check."""
+    result = _apply(spark, pipelines, None, everything=False)
     return result.created + result.replaced
 
 
 def sees_catalog(spark: SparkSession) -> bool:
     """Whether the session's JVM opened the catalog (the engine, `millpond sql`), not the in-memory one of a run's
     own JVM."""
-    return spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "hive"
+    return spark.conf.get(CATALOG_IMPLEMENTATION, "in-memory") == HIVE
 
 
-def _sync_table(spark: SparkSession, entry: Entry, result: SyncResult) -> None:
-    current = registered(spark, entry.qualified)
-    if current is not None and (current.kind, current.location, current.comment) == (
-        "EXTERNAL",
-        entry.location,
-        entry.comment,
-    ):
-        result.unchanged.append(entry.qualified)
-        return
+def _apply(spark: SparkSession, pipelines: list[Pipeline], root: LakePath | None, everything: bool) -> SyncResult:
+    entries = contents.tables(pipelines, root)
+    views = contents.views(entries)
+    result = SyncResult()
+    held: dict[str, Registered] = {}
+    for schema in dict.fromkeys([e.schema for e in entries] + [v.schema for v in views]):
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
+        held |= registered_in(spark, schema)
+    for entry in entries:
+        _sync_table(spark, entry, held.get(entry.qualified), result, everything)
+    for view in views:
+        _sync_view(spark, view, held.get(view.qualified), result, everything)
+    wanted = {e.qualified for e in entries} | {v.qualified for v in views}
+    result.not_in_specs = [name for name in held if name not in wanted]
+    return result
+
+
+def _sync_table(
+    spark: SparkSession, entry: Entry, current: Registered | None, result: SyncResult, everything: bool
+) -> None:
+    if current is not None and (current.kind, current.location) == ("EXTERNAL", entry.location):
+        if current.comment == entry.comment or not everything:
+            result.unchanged.append(entry.qualified)
+            return
     if current is not None:
         _drop_name(spark, entry.qualified, current)
     # IF NOT EXISTS: two runs on the engine may name the same system table at once
@@ -117,9 +108,14 @@ def _sync_table(spark: SparkSession, entry: Entry, result: SyncResult) -> None:
     (result.replaced if current is not None else result.created).append(entry.qualified)
 
 
-def _sync_view(spark: SparkSession, view: View, result: SyncResult) -> None:
-    current = registered(spark, view.qualified)
-    if current is not None and (current.kind, current.view_text, current.comment) == ("VIEW", view.query, view.comment):
+def _sync_view(
+    spark: SparkSession, view: View, current: Registered | None, result: SyncResult, everything: bool
+) -> None:
+    if (
+        current is not None
+        and current.kind == "VIEW"
+        and (not everything or (current.view_text, current.comment) == (view.query, view.comment))
+    ):
         result.unchanged.append(view.qualified)
         return
     if current is not None and current.kind != "VIEW":
@@ -129,39 +125,37 @@ def _sync_view(spark: SparkSession, view: View, result: SyncResult) -> None:
 
 
 def _drop_name(spark: SparkSession, name: str, current: Registered) -> None:
-    """Forget a name; refused for a managed table, whose DROP would delete its data."""
-    if current.kind == "MANAGED":
+    """Forget a name: only an external table (whose DROP leaves its data) or a view; anything else is refused."""
+    if current.kind not in ("EXTERNAL", "VIEW"):
         raise CatalogError(
-            f"{name} is a managed table in the catalog (its data at {current.location} would be deleted by a DROP), "
-            "and millpond's table of that name lives in the lake. Fix: rename or drop that table yourself, then "
-            "run `millpond catalog sync` again"
+            f"{name} is a {current.kind.lower() or 'table of unknown kind'} in the catalog (at {current.location or '?'}"
+            "), which a DROP could delete with its data, and millpond's table of that name lives in the lake. Fix: "
+            "rename or drop that table yourself, then run `millpond catalog sync` again"
         )
     spark.sql(f"DROP {'VIEW' if current.kind == 'VIEW' else 'TABLE'} IF EXISTS {_quoted(name)}")
 
 
-def registered(spark: SparkSession, name: str) -> Registered | None:
-    """The name's kind, location (as the lake names it), comment and view text, or None when it has none. Read with
-    SHOW TABLE EXTENDED, which gives the catalog's own entry: DESCRIBE gives a Delta table's comment from its log."""
-    schema, table = name.split(".")
-    # Not catalog.tableExists: it loads the table, and a Delta table whose folder moved away fails to load.
-    found = [
-        row["information"]
-        for row in spark.sql(f"SHOW TABLE EXTENDED IN `{schema}` LIKE {_literal(table)}").collect()
-        if row["tableName"] == table
-    ]
-    if not found:
-        return None
-    details: dict[str, str] = {}
-    for line in found[0].splitlines():
-        key, _, value = line.partition(": ")
-        details.setdefault(key.strip(), value.strip())
-    location = details.get("Location", "")
-    return Registered(
-        kind=details.get("Type", "").upper(),
-        location=paths.from_uri(location) if location else "",
-        comment=details.get("Comment", ""),
-        view_text=details.get("View Text", ""),
-    )
+def registered_in(spark: SparkSession, schema: str) -> dict[str, Registered]:
+    """Every name of a schema with its kind, location (as the lake names it), comment and view text. Read with SHOW
+    TABLE EXTENDED, which gives the catalog's own entries without loading the tables (a Delta table whose folder
+    moved away would fail to load) and each table's comment from the catalog (DESCRIBE gives a Delta table's from its
+    log)."""
+    found: dict[str, Registered] = {}
+    for row in spark.sql(f"SHOW TABLE EXTENDED IN `{schema}` LIKE '*'").collect():
+        if row["isTemporary"]:
+            continue
+        details: dict[str, str] = {}
+        for line in str(row["information"]).splitlines():
+            key, _, value = line.partition(": ")
+            details.setdefault(key.strip(), value.strip())
+        location = details.get("Location", "")
+        found[f"{schema}.{row['tableName']}"] = Registered(
+            kind=details.get("Type", "").upper(),
+            location=paths.from_uri(location) if location else "",
+            comment=details.get("Comment", ""),
+            view_text=details.get("View Text", ""),
+        )
+    return found
 
 
 def _quoted(name: str) -> str:

@@ -542,7 +542,7 @@ def _catalog_launch_conf() -> dict[str, str]:
     when the catalog cannot be reached: runs work by path and need no catalog, so they are not stopped for it."""
     try:
         return metastore.launch_conf(catalog_database.connection(_say))
-    except (catalog_database.CatalogDatabaseError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever stops the catalog (no server, no binary, no account) must not stop runs
         _say(
             f"millpond: the engine starts WITHOUT the catalog (tables by path only; `millpond sql` starts its own "
             f"JVM): {exc}"

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from millpond import process_env, settings
 from millpond.driver import class_archive, connect_server, jars, s3a
-from millpond.driver.connect_server import EngineError
+from millpond.driver.connect_server import CLASS_PATH, EngineError
 from millpond.driver.driver_jit import QUICK_OPTIONS
 from millpond.driver.spark_conf import LISTING_THRESHOLD, LOCAL_LISTING_THRESHOLD, base_conf
 from millpond.lake import storage
@@ -80,7 +80,12 @@ def _build_jvm_session(
         builder = builder.config("spark.ui.enabled", settings.SPARK_UI.value())
         builder = builder.config("spark.driver.memory", settings.DRIVER_MEMORY.value())
         launch = {**lake_launch, **(launch_conf or {})}
-        archive = class_archive.driver_options(launch.get("spark.driver.extraClassPath", ""))
+        class_path = os.pathsep.join(
+            filter(None, [lake_launch.get(CLASS_PATH, ""), (launch_conf or {}).get(CLASS_PATH, "")])
+        )
+        if class_path:  # both kept: the catalog's (millpond.catalog.metastore) beside an object-store lake's jars
+            launch[CLASS_PATH] = class_path
+        archive = class_archive.driver_options(launch.get(CLASS_PATH, ""))
         java_options = " ".join(filter(None, [driver_java_options, archive]))
         if java_options:
             builder = builder.config("spark.driver.extraJavaOptions", java_options)

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from deltalake import DeltaTable
 
@@ -125,6 +126,7 @@ def assert_names(held: dict[str, tuple[str, str, str, int]], lake: Path) -> None
     assert not unexpected, f"names of no table in the lake: {sorted(unexpected)}"
 
 
+@pytest.mark.own_jvm  # on the engine (`make test-engine`) the runs name their tables themselves
 def test_every_table_by_name_from_a_sync_that_rebuilds_and_follows_the_lake(
     lake, spark, catalog_home, monkeypatch, capsys
 ):
@@ -187,17 +189,28 @@ def test_a_failing_query_says_why_and_prints_no_result(lake, catalog_home):
     assert "started the catalog's PostgreSQL" in done.stderr
 
 
-def test_the_catalog_database_is_private_and_starts_once(catalog_home):
-    said: list[str] = []
-    first = database.ensure_running(said.append)
-    again = database.ensure_running(said.append)
-    assert first == again and first.url.startswith("jdbc:postgresql://127.0.0.1:")
-    assert [line.split(" ")[1] for line in said] == ["created", "started"]
+def test_the_catalog_database_is_private_and_two_processes_at_once_start_one(catalog_home):
+    start = "from millpond.catalog import database; print(database.ensure_running(print).url)"
+    both = [
+        subprocess.Popen([sys.executable, "-c", start], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+        for _ in range(2)
+    ]
+    said = [line for process in both for line in process.communicate(timeout=120)[0].splitlines()]
+    assert all(process.returncode == 0 for process in both)
+    urls = {line for line in said if line.startswith("jdbc:")}
+    assert len(urls) == 1 and [line.split(" ")[1] for line in said if line.startswith("millpond:")] == [
+        "created",
+        "started",
+    ], said
     server = database.embedded()
+    servers = [p for p in psutil.process_iter(["cmdline"]) if str(server.data) in " ".join(p.info["cmdline"] or [])]
+    assert len([p for p in servers if Path(p.info["cmdline"][0]).name == "postgres"]) == 1
     assert oct(server.data.stat().st_mode & 0o777) == "0o700"
     assert oct(server.password_file.stat().st_mode & 0o777) == "0o600"
-    assert server.password_file.read_text().strip() not in server.state_file.read_text()
-    assert database.stop(said.append) and not database.running(server)
-    assert not database.stop(said.append)
-    assert database.ensure_running(said.append).password == first.password
-    assert said[-1].startswith("millpond: started") and database.running(server)
+    port = server.port()
+    assert port is not None and port in database.PORTS  # outside the ephemeral range
+    stopped: list[str] = []
+    assert database.stop(stopped.append) and not database.running(server)
+    assert not database.stop(stopped.append)
+    again = database.ensure_running(stopped.append)
+    assert again.url == urls.pop() and stopped[-1].startswith("millpond: started") and database.running(server)

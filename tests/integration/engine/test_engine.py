@@ -18,6 +18,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,13 +58,18 @@ def clean_env(**extra: str) -> dict[str, str]:
 def engine(tmp_path_factory) -> Iterator[dict]:
     """`millpond engine start` on a lake of its own: the SPARK_REMOTE it prints, its state, its lake."""
     lake = tmp_path_factory.mktemp("engine-lake")
-    env = clean_env(MILLPOND_LAKE=str(lake))
+    # a catalog of its own: the worker's (tests/conftest.py) names the tables of other tests' lakes
+    catalog = Path(tempfile.mkdtemp(prefix="millpond-catalog-"))
+    catalog.chmod(0o755)
+    env = clean_env(MILLPOND_LAKE=str(lake), MILLPOND_CATALOG_HOME=str(catalog / "home"))
     started = millpond(env, "engine", "start", timeout=240)
     assert started.returncode == 0, started.stderr[-3000:]
     remote = started.stdout.strip()
     state = json.loads((lake / "_system" / "engine" / "engine.json").read_text())
     yield {"remote": remote, "lake": lake, "env": env, "state": state}
     millpond(env, "engine", "stop", timeout=120)
+    millpond(env, "catalog", "stop", timeout=120)
+    shutil.rmtree(catalog, ignore_errors=True)
 
 
 def run_env(lake: Path, engine: dict, **extra: str) -> dict[str, str]:
@@ -325,8 +331,10 @@ def test_tables_by_name_on_the_engine_for_millpond_sql_a_connect_client_and_beel
     client = subprocess.run([sys.executable, "-c", probe, engine["remote"], query], **QUIET, env=clean_env())
     assert client.stdout.strip() == str(expected), client.stderr[-2000:]
 
-    again = millpond(env, "engine", "start")  # already up: says where SQL clients connect
-    (jdbc,) = [w for w in again.stderr.split() if w.startswith("jdbc:sc://")]
+    again = millpond(env, "engine", "start", "--jdbc")  # already up: prints where SQL clients connect
+    assert "token=" not in again.stderr
+    jdbc = again.stdout.strip().splitlines()[-1]
+    assert jdbc.startswith("jdbc:sc://localhost:") and f";token={engine['state']['token']}" in jdbc
     beeline = [str(Path(pyspark.__file__).parent / "bin" / "beeline"), "--outputformat=csv2", "-e", query]
     client_env = clean_env(SPARK_CONNECT_BEELINE="1")
     answer = subprocess.run([*beeline, "-u", jdbc], **QUIET, env=client_env)

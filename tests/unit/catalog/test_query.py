@@ -24,10 +24,11 @@ def test_csv_has_a_header_and_reads_back_with_the_csv_module():
 
 
 def test_json_is_an_array_of_objects_with_typed_values():
-    rows = [*ROWS, ("x", 1, None, {"a": [Decimal("1.50")]})]
-    parsed = json.loads(render(COLUMNS, rows, "json"))
+    rows = [*ROWS, ("x", 1, None, {"a": [Decimal("1.50")]}), ("y", float("nan"), None, b"\x01\xff")]
+    parsed = json.loads(render(COLUMNS, rows, "json"), parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
     assert parsed[0] == {"device": "nexus4_1", "n": 12, "at": "2026-11-29T15:00:00", "note": None}
     assert parsed[2]["note"] == {"a": ["1.50"]}
+    assert (parsed[3]["n"], parsed[3]["note"]) == ("nan", "01ff")
 
 
 def test_table_aligns_columns_shows_nulls_and_counts_rows():
