@@ -101,7 +101,7 @@ def ensure_running(say: Callable[[str], None] = print) -> Database:
     """Start millpond's own server unless it runs (creating its data folder the first time) and return how to reach
     it; says what it did, and nothing when the server was up."""
     server = embedded()
-    with _lock(server.home):
+    with locked(server.home):
         if not (server.home / INITIALIZED).is_file():  # initdb writes PG_VERSION before it is done
             _initialize(server)
             say(f"millpond: created the catalog's PostgreSQL data folder {server.data}")
@@ -130,7 +130,7 @@ def stop(say: Callable[[str], None] = print) -> bool:
     server = embedded()
     if not server.home.is_dir():
         return False
-    with _lock(server.home):
+    with locked(server.home):
         if not running(server):
             return False
         done = _as_server_user([binary("pg_ctl"), "stop", "-D", str(server.data), "-m", "fast", "-w"], capture=True)
@@ -147,9 +147,9 @@ def _initialize(server: Embedded) -> None:
         shutil.rmtree(server.data)
     server.data.mkdir(mode=0o700)
     password = secrets.token_urlsafe(24)
-    _write_private(server.password_file, password)
+    write_private(server.password_file, password)
     password_for_initdb = server.home / ".initdb-password"  # initdb wants an empty folder
-    _write_private(password_for_initdb, password)
+    write_private(password_for_initdb, password)
     _hand_to_server_user(server.data)
     _hand_to_server_user(password_for_initdb)
     done = _as_server_user(
@@ -182,7 +182,7 @@ def _start(server: Embedded) -> int:
     port = server.port()
     if port is None:
         port = next((p for p in PORTS if _free(p)), None) or _free_port()
-        _write_private(server.state_file, json.dumps({"port": port}))
+        write_private(server.state_file, json.dumps({"port": port}))
     elif not _free(port):
         raise CatalogDatabaseError(
             f"port {port} of the catalog's PostgreSQL ({server.state_file}) is taken by another program. Fix: end "
@@ -286,11 +286,11 @@ def _reach_hint(data: Path) -> str:
     )
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """Readable by this user only from its first byte, and whole when it appears (a reader never sees it half done)."""
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     partial.unlink(missing_ok=True)
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(text + "\n")
     os.replace(partial, path)
@@ -312,9 +312,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _lock(home: Path) -> Iterator[None]:
+def locked(home: Path, name: str = ".lock") -> Iterator[None]:
+    """One process at a time on the catalog home's `name` (an flock: released if the holder dies)."""
     home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "a") as handle:
+    with open(home / name, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -13,7 +13,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from millpond import settings
-from millpond.catalog.database import Database
+from millpond.catalog.database import Database, write_private
 
 POSTGRES_JDBC_JAR = "postgresql-42.7.14.jar"  # build/jars.pom.xml fetches it into the jar folder
 
@@ -59,11 +59,7 @@ def private_conf(database: Database) -> Path:
         for name, value in properties.items()
     )
     target = folder / "hive-site.xml"
-    text = f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n'
-    if not target.is_file() or target.read_text() != text:
-        partial = folder / f"hive-site.xml.{os.getpid()}"
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(text)
-        os.replace(partial, target)
+    text = f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>'
+    if not target.is_file() or target.read_text() != text + "\n":
+        write_private(target, text)
     return folder

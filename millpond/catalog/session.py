@@ -4,7 +4,6 @@ started first if need be."""
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -55,12 +54,10 @@ def _first_contact(spark: SparkSession) -> None:
     """The first metastore call of a session creates the metastore's own tables where they are missing: one process
     at a time does it (two at once both try to create them, and one fails), then every later one skips the lock."""
     home = settings.catalog_home()
-    home.mkdir(parents=True, exist_ok=True)
     ready = home / database.METASTORE_READY
     url = settings.METASTORE_URL.raw() or "embedded"  # made again with the database (database._create_database)
     if ready.is_file() and ready.read_text().strip() == url:
         return
-    with open(home / ".metastore-lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with database.locked(home, ".metastore-lock"):
         spark.sql("SHOW DATABASES").collect()
         ready.write_text(url + "\n")

@@ -287,7 +287,7 @@ def _run_locked(
 
 def name_in_catalog(spark: SparkSession, pipeline: Pipeline, results: list[TableResult]) -> None:
     """On an engine that opened the catalog, name a table or quarantine the run may have made (a new table, or rows
-    set aside): a listing per schema, about 0.4 s on a warm engine, so a run that made nothing new pays nothing. A
+    set aside): a listing per schema (docs/sql.md), so a run that made nothing new pays nothing. A
     run in a JVM of its own does not open the catalog (6 to 15 s more per JVM): it says how to name a table it
     created. Never fails the run: its tables and its record are committed."""
     created = [r.table for r in results if r.version_before < 0 and r.outcome == "succeeded"]
