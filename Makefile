@@ -12,7 +12,8 @@ export MILLPOND_LAKE ?= $(CURDIR)/lake
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-# Airflow runs on the project's own home (SQLite); the Spark connection defaults to local Spark.
+# Airflow runs on the project's own home (SQLite for `airflow dags test`, the catalog's PostgreSQL under `make up`);
+# the Spark connection defaults to local Spark.
 export AIRFLOW_HOME ?= $(CURDIR)/airflow_home
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
@@ -167,7 +168,7 @@ bench: setup airflow-db
 # The engine (docs/engine.md) starts first and the Airflow tasks run on it through the Airflow connection
 # spark_connect_millpond; ENGINE=off gives each task a JVM of its own (spark-submit) instead.
 ENGINE ?= on
-up: setup airflow-db
+up: setup
 	$(if $(filter on,$(ENGINE)),conn="$$($(BIN)/millpond engine start --airflow-connection)" || exit 1; \
 	    export AIRFLOW_CONN_SPARK_CONNECT_MILLPOND="$$conn";) \
 	    scripts/airflow-up.sh

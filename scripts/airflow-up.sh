@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Start Airflow (scheduler, API server + UI, dag-processor, triggerer) on SQLite in the background, in its own
-# process group so `make down` stops all of it. Login required (SimpleAuthManager, generated admin password).
+# Start Airflow (scheduler, API server + UI, dag-processor, triggerer, LocalExecutor) in the background, in its own
+# process group so `make down` stops all of it. Login required (SimpleAuthManager, generated admin password). Its
+# metadata database is PostgreSQL: the one you configured (AIRFLOW__DATABASE__SQL_ALCHEMY_CONN and friends), else a
+# database of its own on the catalog's server (millpond/catalog/database.py), as docker-compose does. SQLite stays
+# for `airflow dags test` (make run-dag, make demo), where Airflow is one process.
 set -euo pipefail
 : "${AIRFLOW_HOME:?run through make up}"
 PORT="${AIRFLOW_PORT:-8080}"
@@ -35,10 +38,20 @@ else
   # on a busy machine (ReadTimeout on the execution API) and waits out its retry delay (300 s).
   export AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="${AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT:-30}"
   export AIRFLOW__WORKERS__EXECUTION_API_RETRIES="${AIRFLOW__WORKERS__EXECUTION_API_RETRIES:-10}"
-  # Four processes may share one SQLite file: wait for its write lock rather than answer "database is locked" after
-  # 5 s (millpond/airflow/database.py says why; on another database its arguments are empty).
+  # Four processes on one SQLite file (a user's choice) wait for its write lock rather than answer "database is
+  # locked" after 5 s (millpond/airflow/database.py says why; on PostgreSQL its arguments are empty).
   export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS:-millpond.airflow.database.CONNECT_ARGS}"
   export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC:-millpond.airflow.database.ASYNC_CONNECT_ARGS}"
+  if [[ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD:-}${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET:-}" ]]; then
+    URL_FILE="$(millpond catalog airflow-db --airflow-home "$AIRFLOW_HOME")" || exit 1
+    # Airflow splits a _CMD with shlex (no shell): the path quoted for it, spaces and all.
+    printf -v AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD 'cat %q' "$URL_FILE"
+    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD
+  else
+    echo "Airflow's metadata database: the one AIRFLOW__DATABASE__SQL_ALCHEMY_CONN* names"
+  fi
+  airflow db migrate >"$AIRFLOW_HOME/db-migrate-up.log" 2>&1 ||
+    { tail -20 "$AIRFLOW_HOME/db-migrate-up.log" >&2; echo "error: airflow db migrate failed; see $AIRFLOW_HOME/db-migrate-up.log" >&2; exit 1; }
   # setsid: a new session and process group whose id is the leader's pid.
   setsid airflow standalone >"$LOG" 2>&1 </dev/null &
   LEADER=$!

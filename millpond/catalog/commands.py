@@ -1,10 +1,11 @@
-"""`millpond catalog start|stop|status|sync` and `millpond sql`: the command line of the catalog. What they say
+"""`millpond catalog start|stop|status|sync|airflow-db` and `millpond sql`: the command line of the catalog. What they say
 about the catalog's server goes to stderr, so `millpond sql --format csv > file` holds the result only."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from millpond import settings
 from millpond.catalog import database
@@ -26,11 +27,17 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         if args.action == "stop":
             if settings.METASTORE_URL.raw() is not None:
                 say("millpond: the catalog is in MILLPOND_METASTORE_URL's database, which millpond does not stop")
-            elif not database.stop(say):
+            elif not database.stop(say, force=args.force):
                 say(f"millpond: the catalog's PostgreSQL was not running ({database.embedded().data})")
             return 0
         if args.action == "status":
             return _status()
+        if args.action == "airflow-db":  # scripts/airflow-up.sh: the file that holds Airflow's database URL
+            if args.airflow_home is None:
+                say("millpond: catalog airflow-db needs --airflow-home. Fix: pass the AIRFLOW_HOME the database is for")
+                return 2
+            print(database.airflow_database(Path(args.airflow_home), say))
+            return 0
         return _sync()
     except database.CatalogDatabaseError as exc:
         say(f"millpond: {exc}")
@@ -100,9 +107,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     catalog = sub.add_parser(
         "catalog",
         help="the shared catalog that names every table (bronze.x, silver.x, gold.x, millpond_system.*): start, "
-        "stop or show its PostgreSQL, or sync it with the specs and the lake",
+        "stop or show its PostgreSQL, sync it with the specs and the lake, or make Airflow's database beside it",
     )
-    catalog.add_argument("action", choices=("start", "stop", "status", "sync"))
+    catalog.add_argument(
+        "action",
+        choices=("start", "stop", "status", "sync", "airflow-db"),
+        help="airflow-db: make Airflow's metadata database on the catalog's PostgreSQL (`make up` does) and print "
+        "the private file that holds its URL",
+    )
+    catalog.add_argument("--airflow-home", help="airflow-db: the Airflow home whose database it is (AIRFLOW_HOME)")
+    catalog.add_argument("--force", action="store_true", help="stop: even while Airflow has its database open")
     catalog.set_defaults(func=cmd_catalog)
     sql = sub.add_parser("sql", help="run one SQL query over the catalog's tables and print the result")
     sql.add_argument("query")

@@ -7,11 +7,16 @@ recorded there too. Whoever needs it and finds it stopped starts it and says so 
 lock, so two processes starting at once start one server. PostgreSQL refuses to run as root; as root (a container,
 CI) the server runs as `nobody` and its data folder is owned by `nobody`. With MILLPOND_METASTORE_URL set, the
 catalog lives in that database instead (docker-compose's `postgres` service) and millpond starts nothing.
+
+The same server holds Airflow's metadata database under `make up` (`airflow_database`), as docker-compose's
+`postgres` service does: Airflow's scheduler, API server, DAG processor and triggerer write at once, which SQLite
+serializes behind one lock ("database is locked").
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.util
 import json
 import os
@@ -35,6 +40,10 @@ PORTS = range(25432, 25532)  # below Linux's ephemeral ports (32768 and up)
 INITIALIZED = "initialized"  # under the catalog home, once initdb has finished
 # Under the catalog home: the database URL whose metastore tables exist (millpond.catalog.session).
 METASTORE_READY = "metastore-ready"
+AIRFLOW = "airflow"  # Airflow's metadata database and the role that owns it (not the superuser)
+# Airflow's processes and every metastore JVM (a pool of up to 10 connections each) share the server: PostgreSQL's
+# default of 100 connections is reached by `make up` with a few Spark tasks.
+MAX_CONNECTIONS = 300
 
 
 class CatalogDatabaseError(RuntimeError):
@@ -72,6 +81,10 @@ class Embedded:
     def log(self) -> Path:
         return self.data / "server.log"  # inside the data folder: the server's account writes it
 
+    @property
+    def airflow_password_file(self) -> Path:
+        return self.home / "airflow-password"
+
     def port(self) -> int | None:
         if not self.state_file.is_file():
             return None
@@ -106,7 +119,7 @@ def ensure_running(say: Callable[[str], None] = print) -> Database:
             _initialize(server)
             say(f"millpond: created the catalog's PostgreSQL data folder {server.data}")
         if not running(server):
-            started = _start(server)
+            started = _start(server, say)
             say(
                 f"millpond: started the catalog's PostgreSQL on 127.0.0.1:{started} (log: {server.log}; stop: "
                 "`millpond catalog stop`)"
@@ -125,14 +138,26 @@ def running(server: Embedded) -> bool:
     return done.returncode == 0
 
 
-def stop(say: Callable[[str], None] = print) -> bool:
-    """Stop millpond's own server (fast shutdown: open sessions are ended); False when it was not running."""
+def stop(say: Callable[[str], None] = print, force: bool = False) -> bool:
+    """Stop millpond's own server (fast shutdown: open sessions are ended); False when it was not running. While
+    Airflow has its database open there (`make up`), only with `force`: `make down` stops Airflow first."""
     server = embedded()
     if not server.home.is_dir():
         return False
     with locked(server.home):
         if not running(server):
             return False
+        port = server.port()
+        if (
+            not force
+            and port is not None
+            and (open_ := airflow_sessions(port, server.password_file.read_text().strip()))
+        ):
+            raise CatalogDatabaseError(
+                f"Airflow has its metadata database open on the catalog's PostgreSQL ({open_} connections): stopping "
+                "the server would fail its scheduler and API server. Fix: `make down` (Airflow first, then the "
+                "server), or `millpond catalog stop --force`"
+            )
         done = _as_server_user([binary("pg_ctl"), "stop", "-D", str(server.data), "-m", "fast", "-w"], capture=True)
         if done.returncode != 0:
             raise CatalogDatabaseError(f"pg_ctl stop failed: {done.stderr.strip() or done.stdout.strip()}")
@@ -175,21 +200,26 @@ def _initialize(server: Embedded) -> None:
     (server.home / INITIALIZED).write_text("")
 
 
-def _start(server: Embedded) -> int:
-    """Start the server on the port it was given at first (JVMs that opened the catalog, the engine's, keep its URL);
-    a first start takes a free port outside the kernel's ephemeral range, where another program's passing connection
-    could have it when the server restarts."""
+def _start(server: Embedded, say: Callable[[str], None]) -> int:
+    """Start the server on the port it was given at first (JVMs that opened the catalog, the engine's, keep its URL)
+    while that port is free. A first start takes a free port outside the kernel's ephemeral range, where another
+    program's passing connection could have it when the server restarts, beginning at a place of this catalog home's
+    own, so two homes on one machine seldom want the same one. If another program took the port while the server
+    was stopped (another project's catalog, say), it moves, and says what that means for an engine."""
     port = server.port()
-    if port is None:
-        port = next((p for p in PORTS if _free(p)), None) or _free_port()
+    if port is None or not _free(port):
+        taken = port
+        port = _free_port_for(server.home)
         write_private(server.state_file, json.dumps({"port": port}))
-    elif not _free(port):
-        raise CatalogDatabaseError(
-            f"port {port} of the catalog's PostgreSQL ({server.state_file}) is taken by another program. Fix: end "
-            f"that program, or delete {server.state_file} to have another port chosen (then restart the engine: "
-            "`millpond engine stop && millpond engine start`)"
-        )
-    options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
+        if taken is not None:
+            say(
+                f"millpond: port {taken} of the catalog's PostgreSQL was taken by another program; it listens on "
+                f"{port} now. An engine started before it moved still has the old address: restart it (`millpond "
+                "engine stop && millpond engine start`)"
+            )
+    options = (
+        f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections={MAX_CONNECTIONS}"
+    )
     done = _as_server_user(
         [
             binary("pg_ctl"),
@@ -217,27 +247,80 @@ def _start(server: Embedded) -> int:
 
 def _create_database(server: Embedded, port: int, password: str) -> None:
     """The metastore's database, made once (the server's superuser owns it)."""
-    env = process_env.child({"PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"})
-    address = ["-h", "127.0.0.1", "-p", str(port), "-U", USER]
-    probe = [
-        binary("psql"),
-        *address,
-        "-d",
-        "postgres",
-        "-tAc",
-        f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'",
-    ]
-    found = subprocess.run(probe, capture_output=True, text=True, env=env, check=False)
-    if found.returncode != 0:
-        raise CatalogDatabaseError(f"cannot reach the catalog's PostgreSQL on port {port}: {found.stderr.strip()}")
-    if found.stdout.strip() == "1":
+    if _superuser_sql(port, password, f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'") == "1":
         return
-    made = subprocess.run(
-        [binary("createdb"), *address, DATABASE], capture_output=True, text=True, env=env, check=False
-    )
-    if made.returncode != 0:
-        raise CatalogDatabaseError(f"createdb {DATABASE} failed: {made.stderr.strip()}")
+    _superuser_sql(port, password, f'CREATE DATABASE "{DATABASE}"')
     (server.home / METASTORE_READY).unlink(missing_ok=True)  # a new database: its metastore tables are to be made
+
+
+def airflow_database(airflow_home: Path, say: Callable[[str], None] = print) -> Path:
+    """Airflow's metadata database for this Airflow home on millpond's own server, made once, owned by a role of
+    its own with a generated password: the file holding its SQLAlchemy URL (`make up` points
+    AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD at it). One database per Airflow home, as one SQLite file was: two
+    `make up`s of two homes sharing a catalog never run each other's DAG runs."""
+    if settings.METASTORE_URL.raw() is not None:
+        raise CatalogDatabaseError(
+            "MILLPOND_METASTORE_URL puts the catalog in a database millpond does not run, so Airflow's is not made "
+            "beside it. Fix: set AIRFLOW__DATABASE__SQL_ALCHEMY_CONN to Airflow's database (docker-compose's "
+            "`postgres` service has one), or unset MILLPOND_METASTORE_URL"
+        )
+    superuser = ensure_running(say)
+    server = embedded()
+    port = server.port()
+    assert port is not None  # ensure_running started it
+    name = airflow_database_name(airflow_home)
+    with locked(server.home):
+        if not server.airflow_password_file.is_file():
+            write_private(server.airflow_password_file, secrets.token_urlsafe(24))
+        password = server.airflow_password_file.read_text().strip()
+        role = f"SELECT 1 FROM pg_roles WHERE rolname = '{AIRFLOW}'"
+        verb = "ALTER" if _superuser_sql(port, superuser.password, role) == "1" else "CREATE"
+        # On stdin, not the command line: no process listing shows the password; not in the server's log either,
+        # should the statement fail. Set again each time, so the role and its password file never disagree.
+        statement = f"SET log_min_error_statement = panic; {verb} ROLE {AIRFLOW} LOGIN PASSWORD '{password}'"
+        _superuser_sql(port, superuser.password, statement, secret=True)
+        if _superuser_sql(port, superuser.password, f"SELECT 1 FROM pg_database WHERE datname = '{name}'") != "1":
+            _superuser_sql(port, superuser.password, f"CREATE DATABASE {name} OWNER {AIRFLOW}")
+            say(
+                f"millpond: created Airflow's metadata database `{name}` (for {airflow_home}) in the catalog's PostgreSQL"
+            )
+        url_file = server.home / f"{name}.url"
+        url = f"postgresql+psycopg2://{AIRFLOW}:{password}@127.0.0.1:{port}/{name}"
+        write_private(url_file, url, end="")  # Airflow takes a command's output as it is
+        allowed = int(_superuser_sql(port, superuser.password, "SHOW max_connections"))
+    say(f"millpond: Airflow's metadata database: postgresql://{AIRFLOW}@127.0.0.1:{port}/{name}")
+    if allowed < MAX_CONNECTIONS:
+        say(
+            f"millpond: the catalog's PostgreSQL admits {allowed} connections, started before millpond asked for "
+            f"{MAX_CONNECTIONS}: Airflow and several Spark tasks may run out. Fix: `make down`, then `make up`"
+        )
+    return url_file
+
+
+def airflow_database_name(airflow_home: Path) -> str:
+    digest = hashlib.sha256(str(airflow_home.resolve()).encode()).hexdigest()[:10]
+    return f"{AIRFLOW}_{digest}"
+
+
+def airflow_sessions(port: int, password: str) -> int:
+    """Open connections to Airflow's databases (`make up`'s Airflow is running)."""
+    found = f"SELECT count(*) FROM pg_stat_activity WHERE datname LIKE '{AIRFLOW}\\_%'"
+    return int(_superuser_sql(port, password, found))
+
+
+def _superuser_sql(port: int, password: str, statement: str, secret: bool = False) -> str:
+    """Statements as the server's superuser, given on stdin; the output (unaligned, tuples only). The error of a
+    `secret` statement is not shown: PostgreSQL's message may quote it."""
+    env = process_env.child({"PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"})
+    command = [binary("psql"), "-h", "127.0.0.1", "-p", str(port), "-U", USER, "-d", "postgres", "-tAqX"]
+    command += ["-v", "ON_ERROR_STOP=1"]
+    done = subprocess.run(command, input=statement, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        shown = "its message is not shown: it would quote a password" if secret else done.stderr.strip()
+        raise CatalogDatabaseError(
+            f"the catalog's PostgreSQL on port {port} refused `{' '.join(statement.split()[:2])} ...`: {shown}"
+        )
+    return done.stdout.strip()
 
 
 def binary(name: str) -> str:
@@ -286,23 +369,32 @@ def _reach_hint(data: Path) -> str:
     )
 
 
-def write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str, end: str = "\n") -> None:
     """Readable by this user only from its first byte, and whole when it appears (a reader never sees it half done)."""
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     partial.unlink(missing_ok=True)
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as handle:
-        handle.write(text + "\n")
+        handle.write(text + end)
     os.replace(partial, path)
 
 
 def _free(port: int) -> bool:
+    """Nobody listens there. SO_REUSEADDR, as PostgreSQL's own listener has: the connections the server closed when it
+    stopped linger in TIME_WAIT on its port for a minute, which would otherwise make a restart's port look taken."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
             return False
     return True
+
+
+def _free_port_for(home: Path) -> int:
+    start = int(hashlib.sha256(str(home.resolve()).encode()).hexdigest(), 16) % len(PORTS)
+    ordered = [*PORTS[start:], *PORTS[:start]]
+    return next((p for p in ordered if _free(p)), None) or _free_port()
 
 
 def _free_port() -> int:

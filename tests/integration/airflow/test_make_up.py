@@ -3,7 +3,9 @@
 (`apache-airflow-client`), and checked in the process table.
 
 1. `make up` on a fresh lake starts `airflow standalone` (and the engine, `make up`'s default) in its own process
-   group with login required and prints the URL and the generated admin password; the millpond plugin's report
+   group with login required and prints the URL and the generated admin password; Airflow's metadata database is
+   a database of its own on the catalog's PostgreSQL (no SQLite file), where its runs are, and which
+   `millpond catalog stop` will not pull from under it; the millpond plugin's report
    pages sit behind the same login; DAGs are unpaused at creation, so the activity pipeline's latest interval runs.
 2. Every DAG `make up` leaves unpaused gets its first scheduled run green on a lake where nothing has landed yet; the
    Kafka example, whose broker address is not set, is left paused and says why; a trigger without a logical date
@@ -14,8 +16,9 @@
    more; once they are written (device_status's by hand, its DAG still paused), a check sends one "recovered" each.
    The run's OpenLineage events (make up's default file transport) are children of the provider's task runs.
 3. `make down` while a task runs stops that whole group and nothing is left: no process of this AIRFLOW_HOME or
-   this lake, nothing on the ports; a second `make down` is harmless.
-4. `make up` again on a moved lake (same Airflow home and database): a triggered run succeeds there; then backfills
+   this lake, no PostgreSQL, nothing on the ports; a second `make down` is harmless.
+4. `make up` again on a moved lake (same Airflow home and database, its PostgreSQL started again, the earlier runs
+   still listed): a triggered run succeeds there; then backfills
    that reprocess, through the REST API: one hour re-delivered with corrected content under the same names and a
    backfill of it with default settings rebuilds it in every table (each then equal to the plain-Python reference
    over the landing files as they are now); a later round is ingested exactly once; a daily backfill of the hourly
@@ -33,10 +36,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
+import urllib.parse
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -44,7 +51,8 @@ import httpx
 import psutil
 import pytest
 
-from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files
+from millpond.catalog import database
+from millpond.dev.sample_data import SECONDS_PER_FILE, activity_files, campaigns_file, clicks_files
 from millpond.lake.delta_log import table_state
 from millpond.runs import reports, run_summary
 from millpond.spec import load_pipeline
@@ -117,6 +125,22 @@ def describe(procs: list[psutil.Process]) -> list[str]:
     return out
 
 
+def runs_in_postgres(stack: dict, dag_id: str) -> int:
+    """The DAG's runs as Airflow's metadata database holds them, read with psql as the role `make up` made for it."""
+    url_file = stack["catalog"] / f"{database.airflow_database_name(stack['home'])}.url"
+    url = urllib.parse.urlsplit(url_file.read_text())
+    assert url.scheme == "postgresql+psycopg2" and url.hostname == "127.0.0.1" and url.password, url.scheme
+    done = subprocess.run(
+        [database.binary("psql"), "-h", url.hostname, "-p", str(url.port), "-U", str(url.username)]
+        + ["-d", url.path.lstrip("/"), "-tAc", f"SELECT count(*) FROM dag_run WHERE dag_id = '{dag_id}'"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PGPASSWORD": url.password},
+        check=True,
+    )
+    return int(done.stdout)
+
+
 def make(target: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([*MAKE, target], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -126,6 +150,11 @@ def stack(tmp_path_factory):
     """One `make up` home for the module's walk: its ports, its lake (a moved lake is a folder beside it)."""
     root = tmp_path_factory.mktemp("make-up")
     home, lake = root / "airflow_home", root / "lake"
+    # The catalog's PostgreSQL (Airflow's database too) of this walk: not under pytest's owner-only folders, which
+    # the server's account (`nobody`, as root) cannot enter.
+    catalog_parent = Path(tempfile.mkdtemp(prefix="millpond-make-up-"))
+    catalog_parent.chmod(0o755)
+    catalog = catalog_parent / "catalog"
     port, worker_logs, trigger_logs = free_ports(3)
     # Only what a user would have: no AIRFLOW_*/MILLPOND_* of this session, no make state of an outer make.
     env = {
@@ -137,6 +166,7 @@ def stack(tmp_path_factory):
         {
             "AIRFLOW_HOME": str(home),
             "MILLPOND_LAKE": str(lake),
+            "MILLPOND_CATALOG_HOME": str(catalog),
             "AIRFLOW_PORT": str(port),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_logs),
@@ -155,6 +185,7 @@ def stack(tmp_path_factory):
         "port": port,
         "ports": (port, worker_logs, trigger_logs),
         "alerts": root / "alerts.jsonl",
+        "catalog": catalog,
     }
     try:
         yield info
@@ -181,6 +212,11 @@ def stack(tmp_path_factory):
             except ProcessLookupError:
                 pass
         wait_for(lambda: not home_processes(home), timeout=10)
+        # make down stopped the catalog's server; this is for a walk that ended before its make down did.
+        subprocess.run(
+            [sys.executable, "-m", "millpond.cli", "catalog", "stop", "--force"], env=env, capture_output=True
+        )
+        shutil.rmtree(catalog_parent, ignore_errors=True)
 
 
 def test_make_up_serves_the_dags_behind_a_login_and_runs_the_latest_interval(stack):
@@ -191,8 +227,10 @@ def test_make_up_serves_the_dags_behind_a_login_and_runs_the_latest_interval(sta
     up = make("up", env, timeout=240)
     output = up.stdout + up.stderr
     assert up.returncode == 0, output
-    # The Makefile honoured our AIRFLOW_HOME: the database, the log and the process-group file are in it.
-    assert (home / "airflow.db").is_file() and (home / "airflow-standalone.log").is_file(), output
+    # The Makefile honoured our AIRFLOW_HOME: the log and the process-group file are in it. Airflow's database is
+    # PostgreSQL, on the catalog's server: no SQLite file.
+    assert (home / "airflow-standalone.log").is_file() and not (home / "airflow.db").exists(), output
+    assert "Airflow's metadata database: postgresql://airflow@127.0.0.1:" in output, output
     pgid = int((home / "airflow.pgid").read_text())
     assert group_alive(pgid) and pgid != os.getpgid(0)
     assert (
@@ -242,6 +280,13 @@ def test_make_up_serves_the_dags_behind_a_login_and_runs_the_latest_interval(sta
         runs = wait_for(a_run, timeout=60, interval=2)
         assert runs, "no DAG run of activity was created"
         assert runs[0]["run_type"] == "scheduled", runs
+        listed = len(a_run())  # the API first: the scheduler may add a run before psql reads, never remove one
+        assert runs_in_postgres(stack, "activity") >= listed
+    # Stopping the catalog's server under a running Airflow is refused: `make down` stops Airflow first.
+    refused = subprocess.run(
+        [sys.executable, "-m", "millpond.cli", "catalog", "stop"], env=env, capture_output=True, text=True
+    )
+    assert refused.returncode == 1 and "Airflow has its metadata database open" in refused.stderr, refused.stderr
     assert home_processes(home)
     print(f"up + ready: {time.monotonic() - started:.0f} s")
 
@@ -374,6 +419,7 @@ def test_make_down_stops_a_running_task_and_leaves_nothing(stack):
     log_tail = (home / "airflow-standalone.log").read_text(errors="replace")[-4000:]
     assert states, f"the triggered run's ingest task never started\n{log_tail}"
     print(f"task states at make down: {states}")
+    stack["runs_before_down"] = DagRunApi(api).get_dag_runs("activity").total_entries
 
     t0 = time.monotonic()
     down = make("down", env, timeout=90)
@@ -387,13 +433,16 @@ def test_make_down_stops_a_running_task_and_leaves_nothing(stack):
     assert not left, describe(left)
     assert not spark_processes(lake), describe(spark_processes(lake))
     assert not (home / "airflow.pgid").exists()
+    data = str(stack["catalog"] / "postgres")  # the catalog's server, which Airflow's database lived in
+    servers = [p for p in psutil.process_iter(["cmdline"]) if data in " ".join(p.info["cmdline"] or [])]
+    assert not servers, describe(servers)
 
     # A second `make down` is harmless.
     again = make("down", env, timeout=30)
     assert again.returncode == 0 and "not running" in again.stdout, again.stdout + again.stderr
 
 
-def test_make_up_on_a_moved_lake_then_backfills_reprocess_their_interval(stack, spark, monkeypatch):
+def test_make_up_on_a_moved_lake_then_backfills_reprocess_their_interval(stack, spark, monkeypatch, tmp_path):
     """The lake moved (same Airflow home and database): the assets are the tables, so every task still succeeds
     there; then backfills and manual runs that reprocess an interval, on that lake."""
     from airflow_client.client.api.dag_run_api import DagRunApi
@@ -410,6 +459,10 @@ def test_make_up_on_a_moved_lake_then_backfills_reprocess_their_interval(stack, 
     assert up.returncode == 0, up.stdout + up.stderr
     api = client(f"http://127.0.0.1:{port}", home)
     runs_api = DagRunApi(api)
+    # Airflow's database outlived `make down` with its server: the earlier tests' runs are listed (the scheduler may
+    # add one between the two reads, never remove one).
+    earlier = runs_api.get_dag_runs("activity").total_entries
+    assert earlier >= stack["runs_before_down"] >= 6 and runs_in_postgres(stack, "activity") >= earlier
 
     first = runs_api.trigger_dag_run("activity", TriggerDAGRunPostBody(logical_date=None))
     assert state_of(finished(api, "activity", first.dag_run_id, timeout=600)) == "success"
@@ -426,13 +479,43 @@ def test_make_up_on_a_moved_lake_then_backfills_reprocess_their_interval(stack, 
     assert {t: v[:2] for t, v in replaced.items()} == {t: hour_1 for t in replaced}
     assert replaced["bronze.activity"][2] > 0 and replaced["silver.activity"][2] > 0
 
-    # A later round: ingested exactly once by a plain run.
+    # A later round: ingested exactly once by a plain run. Beside it the clicks pipeline's first run writes (the
+    # tables it makes are named by the run itself), while the catalog is read again and again until both end: by
+    # `millpond sql` on the engine and by `millpond sql` in a JVM of its own (the first lake's, where no engine runs).
     land_hour(landing, 27, seed=27)
+    clicks_files(lake / "landing" / "impressions", lake / "landing" / "clicks", files=2, rows=300, seed=4)
+    campaigns_file(lake / "landing" / "campaigns")
+    before = table_state(lake / "silver" / "activity").rows
     later = runs_api.trigger_dag_run("activity", TriggerDAGRunPostBody(logical_date=None))
+    ads = runs_api.trigger_dag_run("clicks", TriggerDAGRunPostBody(logical_date=None))
+    runs = (("activity", later.dag_run_id), ("clicks", ads.dag_run_id))
+    reads = read_while_running(
+        {"engine": env, "own JVM": {**env, "MILLPOND_LAKE": str(stack["lake"])}},
+        lambda: all(state_of(runs_api.get_dag_run(dag_id, run_id)) in DONE for dag_id, run_id in runs),
+        tmp_path,
+    )
     assert state_of(finished(api, "activity", later.dag_run_id, timeout=600)) == "success"
+    assert state_of(finished(api, "clicks", ads.dag_run_id, timeout=600)) == "success"
     summary = run_summary.load("activity", later.dag_run_id, root=lake)
     assert next(t for t in summary["tables"] if t["table"] == "bronze.activity")["rows_in"] == FILES_PER_HOUR * 20
     assert_matches_reference(spark, activity_reference(landing))
+    after = table_state(lake / "silver" / "activity").rows
+    assert after > before
+    print(f"silver.activity by name while two pipelines wrote: {before} before, {after} after, read {reads}")
+    for reader, counts in reads.items():  # each read a committed version, in order: never a partial or a step back
+        assert counts and counts == sorted(counts) and before <= counts[0] and counts[-1] <= after, (reader, counts)
+    by_name = sql_json(
+        env,
+        "SELECT (SELECT count(*) FROM silver.activity) AS activity, "
+        "(SELECT count(*) FROM silver.impression_clicks) AS clicks, (SELECT count(*) FROM gold.ad_clicks) AS ads",
+    )
+    assert by_name == [
+        {
+            "activity": after,
+            "clicks": table_state(lake / "silver" / "impression_clicks").rows,
+            "ads": table_state(lake / "gold" / "ad_clicks").rows,
+        }
+    ]
 
     # A daily backfill of the hourly pipeline: one run rebuilds the whole day.
     land_hour(landing, 2, seed=102)
@@ -569,6 +652,54 @@ def sent(path: Path) -> set[tuple[str, str]]:
 
 def state_of(run) -> str:
     return str(run.state.value if hasattr(run.state, "value") else run.state)
+
+
+def sql_json(env: dict[str, str], query: str) -> list[dict]:
+    done = subprocess.run(
+        [sys.executable, "-m", "millpond.cli", "sql", query, "--format", "json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def read_while_running(envs: dict[str, dict[str, str]], done, folder: Path) -> dict[str, list[int]]:
+    """silver.activity's count by name, read by each reader (`millpond sql` under its environment) over and over,
+    all at once, until `done()`; each reader's counts in the order read. A failed read fails the test; the one
+    called "engine" must have run on the engine, the others in a JVM of their own. Output goes to files: a pipe
+    nobody drains would stall a chatty JVM."""
+    query = "SELECT count(*) AS n FROM silver.activity"
+    reads: dict[str, list[int]] = {reader: [] for reader in envs}
+    running: dict[str, subprocess.Popen] = {}
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        finishing = done()
+        for reader, env in envs.items():
+            if reader in running and running[reader].poll() is None:
+                continue
+            out, err = folder / f"{reader}.out", folder / f"{reader}.err"
+            if reader in running:
+                assert running.pop(reader).returncode == 0, (reader, err.read_text()[-3000:])
+                assert ("millpond: on the engine (pid" in err.read_text()) == (reader == "engine"), err.read_text()
+                reads[reader].append(json.loads(out.read_text())[0]["n"])
+            if not finishing:
+                with out.open("w") as stdout, err.open("w") as stderr:
+                    running[reader] = subprocess.Popen(
+                        [sys.executable, "-m", "millpond.cli", "sql", query, "--format", "json"],
+                        cwd=REPO,
+                        env=env,
+                        stdout=stdout,
+                        stderr=stderr,
+                    )
+        if finishing and not running:
+            return reads
+        time.sleep(0.5)
+    raise AssertionError(f"the runs did not end in 600 s; reads so far: {reads}")
 
 
 def land_hour(landing, hour: int, seed: int) -> None:

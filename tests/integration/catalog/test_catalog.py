@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -214,3 +215,14 @@ def test_the_catalog_database_is_private_and_two_processes_at_once_start_one(cat
     assert not database.stop(stopped.append)
     again = database.ensure_running(stopped.append)
     assert again.url == urls.pop() and stopped[-1].startswith("millpond: started") and database.running(server)
+
+    # Another program took the port while the server was stopped (another project's catalog, say): it moves, says
+    # so, and keeps the new one.
+    assert database.stop(stopped.append)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        moved = database.ensure_running(stopped.append)
+    assert f"port {port} of the catalog's PostgreSQL was taken by another program" in stopped[-2], stopped
+    assert server.port() != port and server.port() in database.PORTS and str(server.port()) in moved.url
+    assert database.running(server)

@@ -19,13 +19,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from deltalake import DeltaTable
 
 from millpond.dev.sample_data import activity_files, land_file
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
+from millpond.lake.storage import delta_rs_location
 from millpond.runs import reports, run_summary
 from tests.support.backends import Backend, OwnJvm
-from tests.support.lake_tables import assert_matches_reference_rs, snapshot_rs
+from tests.support.lake_tables import assert_matches_reference_rs, read_rs, snapshot_rs
 from tests.support.reference import activity_reference
 from tests.support.stress import MILLPOND, assert_nothing_left, start_run
 
@@ -192,6 +194,30 @@ def test_activity_rounds_with_sigkills_equal_the_reference_then_the_gate_stops_g
     )
     assert preview.returncode == 0, preview.stderr[-3000:]
     assert "batch 0: " in preview.stdout and "stopped after 1 micro-batch" in preview.stdout, preview.stdout[-3000:]
+    assert s3_lake.keys("lake/") == keys
+
+    # The catalog names an object-store lake's tables at their s3a:// paths (`millpond catalog sync`, a Hive-backed
+    # JVM with s3a's jars and the store's settings), and `millpond sql` counts them by name as delta-rs does, the
+    # quarantine and the run history included; neither writes to the bucket.
+    synced = subprocess.run([MILLPOND, "catalog", "sync"], capture_output=True, text=True, timeout=600)
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    assert any(line.split()[-1] == "gold.device_counts" for line in synced.stdout.splitlines()), synced.stdout
+    query = (
+        "SELECT (SELECT count(*) FROM silver.activity) AS silver, (SELECT count(*) FROM gold.device_counts) AS gold, "
+        "(SELECT count(*) FROM bronze.activity_quarantine) AS quarantined, "
+        "(SELECT count(*) FROM millpond_system.runs) AS runs"
+    )
+    event_log, options = delta_rs_location(paths.system_path("event_log"))
+    counted = subprocess.run([MILLPOND, "sql", query, "--format", "json"], capture_output=True, text=True, timeout=600)
+    assert counted.returncode == 0, counted.stderr[-3000:]
+    assert json.loads(counted.stdout) == [
+        {
+            "silver": read_rs("silver.activity").num_rows,
+            "gold": read_rs("gold.device_counts").num_rows,
+            "quarantined": read_rs("bronze.activity_quarantine").num_rows,
+            "runs": DeltaTable(event_log, storage_options=options).to_pyarrow_table().num_rows,
+        }
+    ]
     assert s3_lake.keys("lake/") == keys
 
 
