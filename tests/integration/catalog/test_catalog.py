@@ -220,6 +220,8 @@ def test_the_catalog_database_is_private_and_two_processes_at_once_start_one(cat
     # so, and keeps the new one.
     assert database.stop(stopped.append)
     with socket.socket() as squatter:
+        # SO_REUSEADDR, as a server would: the stopped server's closed connections may linger in TIME_WAIT there.
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
         moved = database.ensure_running(stopped.append)
