@@ -298,8 +298,7 @@ def airflow_database(airflow_home: Path, say: Callable[[str], None] = print) -> 
 
 
 def airflow_database_name(airflow_home: Path) -> str:
-    digest = hashlib.sha256(str(airflow_home.resolve()).encode()).hexdigest()[:10]
-    return f"{AIRFLOW}_{digest}"
+    return f"{AIRFLOW}_{_path_digest(airflow_home)[:10]}"
 
 
 def airflow_sessions(port: int, password: str) -> int:
@@ -392,9 +391,14 @@ def _free(port: int) -> bool:
 
 
 def _free_port_for(home: Path) -> int:
-    start = int(hashlib.sha256(str(home.resolve()).encode()).hexdigest(), 16) % len(PORTS)
+    start = int(_path_digest(home), 16) % len(PORTS)
     ordered = [*PORTS[start:], *PORTS[:start]]
     return next((p for p in ordered if _free(p)), None) or _free_port()
+
+
+def _path_digest(path: Path) -> str:
+    """A folder's own stable name (hex): what Airflow's database and the server's first port are chosen by."""
+    return hashlib.sha256(str(path.resolve()).encode()).hexdigest()
 
 
 def _free_port() -> int:
