@@ -23,7 +23,7 @@ from millpond.catalog.sync import name_missing, sees_catalog
 from millpond.driver import driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess, storage
 from millpond.lake.backlog import pipeline_backlog
-from millpond.lake.delta_log import latest_version
+from millpond.lake.delta_log import created_at, latest_version
 from millpond.lake.lease import LeaseLost
 from millpond.lake.lock import pipeline_lock
 from millpond.lake.lock_errors import LakeNotWritable, PipelineBusy
@@ -293,6 +293,10 @@ def name_in_catalog(spark: SparkSession, pipeline: Pipeline, results: list[Table
     created = [r.table for r in results if r.version_before < 0 and r.outcome == "succeeded"]
     if not created and not any(r.rows_quarantined for r in results):
         return
+    for r in results:  # a quarantine appears with the first rows set aside, maybe long after its table
+        quarantine = paths.quarantine_path(r.table)
+        if r.rows_quarantined and (made := created_at(quarantine)) is not None and made >= r.started_at:
+            created.append(f"{r.table}_quarantine")
     try:
         if sees_catalog(spark):
             if named := name_missing(spark, [pipeline]):

@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.utils import CapturedException
 
-from millpond.driver import sources
+from millpond.driver import column_comments, sources
 from millpond.driver.faults import inject_fault
 from millpond.driver.plan import plan_table
 from millpond.driver.progress import ProgressListener, watermark_of
@@ -70,6 +70,8 @@ def start_query(
         sources.read_join_source(spark, pipeline, table),
         sources.read_dimension(spark, pipeline, table),
     )
+    if table.column_comments and not table.reads_source:  # bronze's columns are the writer's, checked after
+        column_comments.check_names(pipeline, table, df.columns, planned=True)
     writer = (
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
         .option("checkpointLocation", str(checkpoint))
@@ -136,7 +138,12 @@ def run_table(
         error = result.error or _first_line(exc)  # a message the batch writer left (schema drift) beats Spark's
         hint = storage_error_fix(str(exc)) or checkpoints.spark_error_fix(pipeline, table, str(exc))
         error = f"{error} -- {hint}" if hint else error
-    except (checkpoints.CheckpointProblem, sources.DimensionProblem, sources.ChangeFeedOff) as exc:
+    except (
+        checkpoints.CheckpointProblem,
+        sources.DimensionProblem,
+        sources.ChangeFeedOff,
+        column_comments.UnknownColumn,
+    ) as exc:
         error = str(exc)
     except OSError as exc:  # our own checkpoint files (metadata, millpond.json) on a full or read-only lake
         error = f"{exc} -- {storage_error_fix(str(exc)) or 'storage error'}"
@@ -154,10 +161,28 @@ def run_table(
             path, result.version_before, result.version_after, newest_only=table.output_mode == "complete"
         )
     result.rows_quarantined = rows_added(quarantine, quarantine_before, delta_version(quarantine))
+    if not error and table.column_comments and table.sink.is_delta:  # after the counts: it commits no rows
+        error = describe_columns(spark, pipeline, table, result)
     if error:
         raise TableFailed(table.id, error, result)
     inject_fault(table.id, "after_table")
     return result
+
+
+def describe_columns(spark: SparkSession, pipeline: Pipeline, table: Table, result: TableResult) -> str | None:
+    """Commit the spec's column descriptions the table lacks (millpond.driver.column_comments), the table's version
+    after the run then counting that commit; the error (also the result's), or None."""
+    error = None
+    try:
+        column_comments.commit(spark, pipeline, table)
+    except column_comments.UnknownColumn as exc:
+        error = str(exc)
+    except (CapturedException, SparkConnectGrpcException) as exc:
+        error = f"{table.id}: its column descriptions were not committed: {_first_line(exc)}"
+    result.version_after = file_sink_log.table_version(table)
+    if error:
+        result.outcome, result.error = "failed", error
+    return error
 
 
 def gate_message(table: Table, result: TableResult) -> str:

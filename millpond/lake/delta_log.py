@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from millpond.lake.paths import LakePath, as_lake_path
 
@@ -100,6 +101,18 @@ def latest_version(path: LakePath | str) -> int:
 def _commit_versions(log: LakePath) -> list[int]:
     """Versions of the log's commit files (`<20 digits>.json`; not checkpoints, checksums or compacted ranges)."""
     return [int(p.name[:20]) for p in log.glob("*.json") if len(p.name) == 25 and p.name[:20].isdigit()]
+
+
+def created_at(path: LakePath | str) -> datetime | None:
+    """When the table's first commit (version 0) was made, from its `commitInfo`; None for no table, or a log cleaned
+    up past its first commit."""
+    first = as_lake_path(path) / "_delta_log" / f"{0:020d}.json"
+    if not first.exists():
+        return None
+    for line in first.read_text(encoding="utf-8").splitlines():
+        if '"commitInfo"' in line and "timestamp" in (info := json.loads(line).get("commitInfo") or {}):
+            return datetime.fromtimestamp(int(info["timestamp"]) / 1000, UTC)
+    return None
 
 
 def table_properties(path: LakePath | str) -> dict[str, str] | None:

@@ -306,12 +306,19 @@ def _target(table: Table) -> Any:
 
 
 def delta_columns(location: paths.LakePath | str) -> list[Column]:
-    """The table's columns and their types from its Delta schema (empty when there is no table yet)."""
+    """The table's columns, their types and comments from its Delta schema (empty when there is no table yet)."""
     table = system_tables.open_table(location)
     if table is None:
         return []
     fields = json.loads(table.schema().to_json())["fields"]
-    return [Column(f["name"], f["type"] if isinstance(f["type"], str) else f["type"]["type"]) for f in fields]
+    return [
+        Column(
+            f["name"],
+            f["type"] if isinstance(f["type"], str) else f["type"]["type"],
+            (f.get("metadata") or {}).get("comment"),
+        )
+        for f in fields
+    ]
 
 
 def _dataset(location: paths.LakePath, table_id: str | None, output: bool, columns: list[Column] | None = None) -> Any:
@@ -326,7 +333,10 @@ def _dataset(location: paths.LakePath, table_id: str | None, output: bool, colum
         facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(identifiers=[identifier])
     if columns:
         facets["schema"] = schema_dataset.SchemaDatasetFacet(
-            fields=[schema_dataset.SchemaDatasetFacetFields(name=c.name, type=c.type) for c in columns]
+            fields=[
+                schema_dataset.SchemaDatasetFacetFields(name=c.name, type=c.type, description=c.description)
+                for c in columns
+            ]
         )
     if output:
         return OutputDataset(namespace=namespace, name=name, facets=facets, outputFacets={})

@@ -38,6 +38,7 @@ _STAR = re.compile(r"(^|[\s,])(`?\w+`?\.)?\*(\s*,|\s*from\b)", re.IGNORECASE)  #
 class Column:
     name: str
     type: str
+    description: str | None = None  # the column's comment in its Delta table (a spec's `columns:`)
 
 
 def kafka_dataset(source: KafkaSource, topic: str) -> tuple[str, str]:

@@ -308,6 +308,9 @@ class Table:
     lookup: Lookup | None = None  # not an upstream: a dimension is read whole each run, never streamed
     freshness: Freshness | None = None  # how old the table may grow before it is late (millpond freshness)
     cdc: Cdc | None = None  # the upstream's rows are changes applied to this table (docs/cdc.md)
+    # (column, description) pairs from `columns:`: each becomes the column's comment in the Delta table's schema,
+    # which every catalog and SQL client shows (millpond.driver.column_comments)
+    column_comments: tuple[tuple[str, str], ...] = ()
 
     @property
     def id(self) -> str:

@@ -75,6 +75,27 @@ def columns(check: SpecCheck, where: str, raw: Any) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def column_descriptions(check: SpecCheck, where: str, raw: Any) -> tuple[tuple[str, str], ...]:
+    """`columns:`, a mapping of column name to its description (the column's comment in the table)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not raw:
+        check.problem(
+            where, f"{raw!r} is not a mapping of column names to descriptions", "write e.g. {Device: The phone}"
+        )
+        return ()
+    found = []
+    for name, text in raw.items():
+        if not isinstance(text, str) or not text.strip():
+            check.problem(f"{where}.{name}", f"{text!r} is not a description", "give the column a line of text")
+        else:
+            found.append((str(name), " ".join(text.split())))
+    lowered = [name.lower() for name, _ in found]
+    for name in sorted({n for n in lowered if lowered.count(n) > 1}):
+        check.problem(where, f"column {name!r} is described twice (names are case-insensitive)", "keep one entry")
+    return tuple(found)
+
+
 def duration(check: SpecCheck, where: str, value: Any) -> None:
     if value is not None and not DURATION.match(str(value).strip()):
         check.problem(where, f"{value!r} is not a duration", "write e.g. '10 minutes' or '1 hour'")

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from millpond.spec.loader.cdc import cdc, cdc_rules
-from millpond.spec.loader.fields import SpecCheck, columns, fields, freshness, rate_limit, watermark
+from millpond.spec.loader.fields import (
+    SpecCheck,
+    column_descriptions,
+    columns,
+    fields,
+    freshness,
+    rate_limit,
+    watermark,
+)
 from millpond.spec.loader.joins import join, join_rules, join_upstream_rules, lookup, lookup_upstream_rules
 from millpond.spec.loader.sinks import file_sink_rules, kafka_sink_rules, sink
 from millpond.spec.loader.stateful import stateful, stateful_rules
 from millpond.spec.loader.streaming import aggregate, streaming_rules, transform, trigger
 from millpond.spec.model import LAYERS, OUTPUT_MODES, DeltaSource, FileSource, Source, Table, normalize_table_id
 from millpond.spec.suites import check_suite  # light: JSON only, no GX
-from millpond.spec.syntax import TABLE_ID
+from millpond.spec.syntax import TABLE_ID, ddl_columns
 
 # A `tables:` entry's fields (name -> required).
 TABLE_FIELDS = {
     "from": True,
     "description": False,
+    "columns": False,
     "transform": False,
     "watermark": False,
     "dedup": False,
@@ -61,6 +71,7 @@ def table_from(check: SpecCheck, table_id: str, raw: Any) -> Table | None:
         name=name,
         source=normalize_table_id(str(spec.get("from", ""))),
         description=str(spec.get("description", "")),
+        column_comments=column_descriptions(check, f"{where}.columns", spec.get("columns")),
         transform=transform(check, f"{where}.transform", spec.get("transform")),
         watermark=watermark(check, f"{where}.watermark", spec.get("watermark")),
         dedup_keys=columns(
@@ -109,6 +120,12 @@ def table_rules(check: SpecCheck, where: str, table: Table) -> None:
         kafka_sink_rules(check, where, table)
     if table.expectations:
         suite_rules(check, where, table)
+    if table.column_comments and not table.sink.is_delta:
+        check.problem(
+            f"{where}.columns",
+            f"a {table.sink.format} sink has no table schema to keep column descriptions in",
+            "describe the columns of a Delta table",
+        )
     if table.freshness and not table.sink.is_delta:
         check.problem(
             f"{where}.freshness",
@@ -215,11 +232,37 @@ def delta_source_rules(check: SpecCheck, sources: dict[str, Source], tables: dic
             )
 
 
+# Columns every bronze table over landing files may hold beside its source's schema (millpond.driver.sources).
+BRONZE_ADDED_COLUMNS = ("_source_file", "_ingested_at", "_rescued_data")
+
+
+def described_columns_rules(check: SpecCheck, source: Source | None, table: Table) -> None:
+    """A table reading landing files with a fixed schema has columns known before Spark starts: a description of
+    any other column is a typo. Other tables' columns are checked when the run plans them, before any write."""
+    if not (table.column_comments and isinstance(source, FileSource)) or source.schema_drift == "add":
+        return
+    known = [*ddl_columns(source.schema), *BRONZE_ADDED_COLUMNS]
+    for name, _ in table.column_comments:
+        if name.lower() not in {k.lower() for k in known}:
+            close = difflib.get_close_matches(name, known, n=1)
+            check.problem(
+                f"tables.{table.id}.columns.{name}",
+                f"{table.id} has no column {name!r} (its columns: {', '.join(known)})",
+                f"did you mean {close[0]!r}?" if close else "describe one of its columns, or add it to the schema",
+            )
+
+
+def upstream_rules(check: SpecCheck, sources: dict[str, Source], tables: dict[str, Table], table: Table) -> None:
+    """What a table's join, lookup and column descriptions must agree on with what it reads."""
+    join_upstream_rules(check, sources, tables, table)
+    lookup_upstream_rules(check, sources, tables, table)
+    described_columns_rules(check, sources.get(table.source), table)
+
+
 def dependency_order(check: SpecCheck, sources: dict[str, Source], tables: dict[str, Table]) -> dict[str, Table]:
     delta_source_rules(check, sources, tables)
     for table in tables.values():
-        join_upstream_rules(check, sources, tables, table)
-        lookup_upstream_rules(check, sources, tables, table)
+        upstream_rules(check, sources, tables, table)
         source = sources.get(table.source)
         if isinstance(source, FileSource) and source.static:
             check.problem(

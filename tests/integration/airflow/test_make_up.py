@@ -60,6 +60,7 @@ from tests.support import REPO
 from tests.support.airflow_run import group_alive, spark_processes, wait_for
 from tests.support.lake_tables import assert_matches_reference
 from tests.support.lineage import assert_children_of_airflow_tasks, events_in, table_events
+from tests.support.millpond_cli import sql_rows
 from tests.support.reference import activity_reference
 
 pytestmark = pytest.mark.integration
@@ -123,6 +124,10 @@ def describe(procs: list[psutil.Process]) -> list[str]:
         except (psutil.NoSuchProcess, ProcessLookupError):
             continue
     return out
+
+
+# How docs/airflow.md tells a user to point the `airflow` command at `make up`'s database.
+AIRFLOW_CLI_RECIPE = 'export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD="cat \'$(millpond catalog airflow-db --airflow-home "${AIRFLOW_HOME:-$PWD/airflow_home}")\'"'
 
 
 def runs_in_postgres(stack: dict, dag_id: str) -> int:
@@ -282,6 +287,18 @@ def test_make_up_serves_the_dags_behind_a_login_and_runs_the_latest_interval(sta
         assert runs[0]["run_type"] == "scheduled", runs
         listed = len(a_run())  # the API first: the scheduler may add a run before psql reads, never remove one
         assert runs_in_postgres(stack, "activity") >= listed
+        # The `airflow` command in a user's own shell (the venv's on PATH) reaches the same database by docs/airflow.md.
+        assert AIRFLOW_CLI_RECIPE in (REPO / "docs" / "airflow.md").read_text()
+        in_shell = subprocess.run(
+            ["bash", "-c", f"{AIRFLOW_CLI_RECIPE} && airflow dags list-runs activity -o json"],
+            cwd=REPO,
+            env={**env, "PATH": f"{REPO / '.venv' / 'bin'}:{env['PATH']}"},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert in_shell.returncode == 0, in_shell.stderr[-3000:]
+        assert len(json.loads(in_shell.stdout)) >= listed, in_shell.stdout
     # Stopping the catalog's server under a running Airflow is refused: `make down` stops Airflow first.
     refused = subprocess.run(
         [sys.executable, "-m", "millpond.cli", "catalog", "stop"], env=env, capture_output=True, text=True
@@ -504,10 +521,10 @@ def test_make_up_on_a_moved_lake_then_backfills_reprocess_their_interval(stack, 
     print(f"silver.activity by name while two pipelines wrote: {before} before, {after} after, read {reads}")
     for reader, counts in reads.items():  # each read a committed version, in order: never a partial or a step back
         assert counts and counts == sorted(counts) and before <= counts[0] and counts[-1] <= after, (reader, counts)
-    by_name = sql_json(
-        env,
+    by_name = sql_rows(
         "SELECT (SELECT count(*) FROM silver.activity) AS activity, "
         "(SELECT count(*) FROM silver.impression_clicks) AS clicks, (SELECT count(*) FROM gold.ad_clicks) AS ads",
+        env,
     )
     assert by_name == [
         {
@@ -652,20 +669,6 @@ def sent(path: Path) -> set[tuple[str, str]]:
 
 def state_of(run) -> str:
     return str(run.state.value if hasattr(run.state, "value") else run.state)
-
-
-def sql_json(env: dict[str, str], query: str) -> list[dict]:
-    done = subprocess.run(
-        [sys.executable, "-m", "millpond.cli", "sql", query, "--format", "json"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
 
 
 def read_while_running(envs: dict[str, dict[str, str]], done, folder: Path) -> dict[str, list[int]]:

@@ -3,7 +3,7 @@ Spark's Hive metastore client in `millpond catalog sync` and `millpond sql` proc
 
 What the catalog holds is read back twice, independently of the code that wrote it: with psql, straight from the
 metastore's tables (names, schemas, locations, comments, ids), and by querying the names, against delta-rs at the
-lake paths. Cost: two in-process runs, then five millpond processes with a Hive-backed JVM each (about 15 s each:
+lake paths. Cost: two in-process runs, then six millpond processes with a Hive-backed JVM each (about 15 s each:
 JVM 6 s, metastore 3 s, a first Delta query 6 s).
 """
 
@@ -29,7 +29,8 @@ from millpond.driver import runner
 from millpond.lake import paths
 from millpond.lake.delta_log import latest_version
 from millpond.spec import load_pipeline
-from tests.support import REPO
+from tests.support.millpond_cli import millpond
+from tests.support.millpond_cli import sql_rows as sql
 
 pytestmark = pytest.mark.integration
 
@@ -57,33 +58,15 @@ def catalog_home(monkeypatch) -> Iterator[Path]:
     shutil.rmtree(parent, ignore_errors=True)
 
 
-def millpond(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "millpond.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=300,
-        check=False,
-    )
-
-
 def sync() -> str:
     done = millpond("catalog", "sync")
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
 
-def sql(query: str) -> list[dict]:
-    done = millpond("sql", query, "--format", "json")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
-
-
-def metastore() -> dict[str, tuple[str, str, str, int]]:
-    """{schema.name: (kind, location, comment, id)} as PostgreSQL holds them."""
-    server = database.embedded()
+def metastore(server: database.Embedded | None = None) -> dict[str, tuple[str, str, str, int]]:
+    """{schema.name: (kind, location, comment, id)} as PostgreSQL holds them (the catalog home's server, or `server`)."""
+    server = server or database.embedded()
     port = server.port()
     assert port is not None
     done = subprocess.run(
@@ -131,11 +114,15 @@ def assert_names(held: dict[str, tuple[str, str, str, int]], lake: Path) -> None
 def test_every_table_by_name_from_a_sync_that_rebuilds_and_follows_the_lake(
     lake, spark, catalog_home, monkeypatch, capsys
 ):
-    activity_files(lake / "landing" / "activity", 2, 300, malformed=0.02, seed=7)
+    activity_files(lake / "landing" / "activity", 2, 300, seed=7)  # no malformed line: no quarantine yet
     assert runner.main(["activity", "--run-id", "first"]) == 0
-    assert "not in the catalog yet: `millpond catalog sync`" in capsys.readouterr().out  # a run's own JVM: no catalog
+    said = [line for line in capsys.readouterr().out.splitlines() if "not in the catalog yet" in line]
+    assert len(said) == 1 and "`millpond catalog sync`" in said[0], said  # a run's own JVM opens no catalog
+    assert "gold.activity_hourly" in said[0] and "quarantine" not in said[0], said
     activity_files(lake / "landing" / "activity", 1, 300, malformed=0.02, seed=8, start_index=2)
     assert runner.main(["activity", "--run-id", "second"]) == 0
+    # the quarantine's first rows: a new table for the catalog too
+    assert "millpond: bronze.activity_quarantine not in the catalog yet" in capsys.readouterr().out
     versions = {t: latest_version(paths.table_path(t)) for t in TABLES}
 
     said = sync()  # the catalog's server is not running yet: sync starts it
@@ -174,12 +161,68 @@ def test_every_table_by_name_from_a_sync_that_rebuilds_and_follows_the_lake(
     sync()
     rebuilt = metastore()
     assert {n: v[:3] for n, v in rebuilt.items()} == {n: v[:3] for n, v in held.items()}
+    # Column comments live in the Delta table's schema (the spec's `columns:`), so the rebuilt name has them too.
+    # The schema by name is the Delta log's, as delta-rs reads it, with the spec's column comments (`columns:`),
+    # which live in the Delta table's schema: the rebuilt name has them too.
+    described = sql("DESCRIBE TABLE gold.device_counts")
+    spark_types = {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}
+    in_log = json.loads(DeltaTable(str(lake / "gold" / "device_counts")).schema().to_json())["fields"]
+    assert [(row["col_name"], row["data_type"]) for row in described] == [
+        (f["name"], spark_types.get(f["type"], f["type"])) for f in in_log
+    ]
+    in_spec = dict(load_pipeline("activity").tables["gold.device_counts"].column_comments)
+    assert in_spec and {row["col_name"]: row["comment"] for row in described if row["col_name"] in in_spec} == in_spec
 
     moved = lake.parent / "moved-lake"
     lake.rename(moved)
     monkeypatch.setenv("MILLPOND_LAKE", str(moved))
     assert "replaced  gold.device_counts" in sync()
     assert_names(metastore(), moved)
+
+
+@pytest.mark.own_jvm  # the engine's catalog is the engine's own setting; this is `millpond sql`'s and a sync's
+def test_a_database_of_the_users_own_holds_the_catalog_and_millpond_starts_no_server(
+    lake, spark, catalog_home, monkeypatch
+):
+    """MILLPOND_METASTORE_URL (docker-compose's `postgres` service, which this host cannot run): the catalog lives in
+    that database; millpond starts no server of its own, stops none, and makes no Airflow database in it. The
+    user's server here is a real PostgreSQL that this configuration did not start (one started under another
+    catalog home, with its own password)."""
+    theirs_home = catalog_home.parent / "theirs"
+    monkeypatch.setenv("MILLPOND_CATALOG_HOME", str(theirs_home))
+    theirs = database.ensure_running(lambda _: None)
+    their_server = database.embedded()
+    try:
+        monkeypatch.setenv("MILLPOND_CATALOG_HOME", str(catalog_home))
+        monkeypatch.setenv("MILLPOND_METASTORE_URL", theirs.url)
+        monkeypatch.setenv("MILLPOND_METASTORE_USER", theirs.user)
+        monkeypatch.setenv("MILLPOND_METASTORE_PASSWORD", theirs.password)
+        activity_files(lake / "landing" / "activity", 1, 200, malformed=0.02, seed=11)
+        assert runner.main(["activity", "--run-id", "theirs"]) == 0
+        sync()
+        counts = sql(
+            "SELECT (SELECT count(*) FROM gold.device_counts) AS gold, "
+            "(SELECT count(*) FROM bronze.activity_quarantine) AS quarantined"
+        )
+        assert counts == [
+            {
+                "gold": rows_rs(lake / "gold" / "device_counts"),
+                "quarantined": rows_rs(lake / "bronze" / "activity_quarantine"),
+            }
+        ]
+        assert_names(metastore(their_server), lake)  # in their database, read with psql
+        assert not database.embedded().data.exists(), "millpond started a server of its own"
+        stop = millpond("catalog", "stop")
+        assert "MILLPOND_METASTORE_URL's database, which millpond does not stop" in stop.stderr + stop.stdout
+        assert database.running(their_server)
+        airflow = millpond("catalog", "airflow-db", "--airflow-home", str(lake.parent / "airflow_home"))
+        assert airflow.returncode == 1 and "Fix:" in airflow.stderr + airflow.stdout
+        wrong = millpond("sql", "SELECT 1", env={**os.environ, "MILLPOND_METASTORE_URL": "postgres://127.0.0.1/x"})
+        assert wrong.returncode != 0 and "is not a PostgreSQL JDBC URL. Fix:" in wrong.stderr
+    finally:
+        monkeypatch.setenv("MILLPOND_CATALOG_HOME", str(theirs_home))
+        database.stop(lambda _: None)
+        monkeypatch.setenv("MILLPOND_CATALOG_HOME", str(catalog_home))
 
 
 def test_a_failing_query_says_why_and_prints_no_result(lake, catalog_home):
@@ -228,3 +271,16 @@ def test_the_catalog_database_is_private_and_two_processes_at_once_start_one(cat
     assert f"port {port} of the catalog's PostgreSQL was taken by another program" in stopped[-2], stopped
     assert server.port() != port and server.port() in database.PORTS and str(server.port()) in moved.url
     assert database.running(server)
+
+    # A server started with fewer connections than `make up` needs (by a millpond before it asked for more) says so
+    # when Airflow's database is made on it, with the fix.
+    assert database.stop(stopped.append)
+    asked = database.MAX_CONNECTIONS
+    database.MAX_CONNECTIONS = 100  # what PostgreSQL admits by default, and the millpond before it asked for more
+    try:
+        database.ensure_running(stopped.append)
+    finally:
+        database.MAX_CONNECTIONS = asked
+    database.airflow_database(catalog_home.parent / "airflow_home", stopped.append)
+    assert f"admits 100 connections, started before millpond asked for {asked}" in stopped[-1], stopped
+    assert "Fix: `make down`, then `make up`" in stopped[-1]

@@ -15,7 +15,6 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.support import REPO
+from tests.support.millpond_cli import millpond, sql
 
 pytestmark = pytest.mark.integration
 
@@ -66,16 +66,8 @@ def test_make_demo_names_every_table_and_millpond_sql_counts_them_as_delta_rs_do
         assert demo.returncode == 0, (demo.stdout + demo.stderr)[-4000:]
         assert "Device" in demo.stdout and "total_recordings" in demo.stdout and "(5 rows)" in demo.stdout, demo.stdout
 
-        query = subprocess.run(
-            [sys.executable, "-m", "millpond.cli", "sql", COUNTS, "--format", "csv"],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert query.returncode == 0, query.stderr[-3000:]
-        counts = [{k: int(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(query.stdout))]
+        answer = sql(COUNTS, env, output="csv")
+        counts = [{k: int(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(answer))]
         assert counts == [
             {
                 "gold": rows_rs(lake / "gold" / "device_counts"),
@@ -88,7 +80,5 @@ def test_make_demo_names_every_table_and_millpond_sql_counts_them_as_delta_rs_do
         ]
         assert counts[0]["quarantined"] > 0 and counts[0]["silver"] > counts[0]["gold"] > 0
     finally:
-        subprocess.run(
-            [sys.executable, "-m", "millpond.cli", "catalog", "stop", "--force"], env=env, capture_output=True
-        )
+        millpond("catalog", "stop", "--force", env=env)
         shutil.rmtree(catalog_parent, ignore_errors=True)

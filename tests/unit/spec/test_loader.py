@@ -1332,3 +1332,32 @@ def test_tags_that_are_not_a_list_of_words_name_the_field_and_fix(tmp_path, tags
 def test_tags_load_as_words(tmp_path):
     spec = {**copy.deepcopy(ACTIVITY), "tags": ["sales", 2026]}
     assert load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake").tags == ("sales", "2026")
+
+
+def test_column_descriptions_load_as_one_line_each_and_bad_ones_name_the_field(tmp_path):
+    """`columns:` (a column's comment in its table): whitespace of a folded YAML text becomes one line; a value
+    that is no text, a column described twice, a sink without a Delta schema and a bronze column the source's
+    schema does not have are rejected before Spark starts."""
+    spec = copy.deepcopy(ACTIVITY)
+    spec["tables"]["silver.activity"]["columns"] = {"Device": "The device\n  that recorded.", "x": "Acceleration."}
+    pipeline = load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")
+    assert pipeline.tables["silver.activity"].column_comments == (
+        ("Device", "The device that recorded."),
+        ("x", "Acceleration."),
+    )
+
+    def describe(table: str, columns: object):
+        return lambda s: s["tables"][table].update(columns=columns)
+
+    text = problems_for(tmp_path, describe("silver.activity", {"Device": 3}))
+    assert_problem(text, "tables.silver.activity.columns.Device", "3 is not a description", "a line of text")
+    text = problems_for(tmp_path, describe("silver.activity", ["Device"]))
+    assert_problem(text, "tables.silver.activity.columns", "is not a mapping", "{Device: The phone}")
+    text = problems_for(tmp_path, describe("silver.activity", {"Device": "a", "device": "b"}))
+    assert_problem(text, "tables.silver.activity.columns", "'device' is described twice", "keep one entry")
+    text = problems_for(tmp_path, describe("bronze.activity", {"Devise": "The device.", "_source_file": "Its file."}))
+    assert_problem(text, "tables.bronze.activity.columns.Devise", "has no column 'Devise'", "did you mean 'Device'?")
+    assert "has no column '_source_file'" not in text  # a column bronze adds beside the schema is known
+    csv = lambda s: s["tables"]["gold.device_counts"].update(sink={"format": "parquet"})  # noqa: E731
+    text = problems_for(tmp_path, csv)
+    assert_problem(text, "tables.gold.device_counts.columns", "a parquet sink has no table schema", "Delta table")
