@@ -36,6 +36,7 @@ from millpond.lake.paths import LakePath
 from millpond.lake.system_tables import open_table
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import DeltaSource, FileSource, Pipeline, Table
+from millpond.spec.model import INGESTED_AT_COLUMN
 from millpond.spec.reprocess import Interval, ReprocessPlan, layout_folders, parse_interval, transform_verdict
 
 # Imported inside functions: the gate (and Great Expectations behind it) only for a gated table.
@@ -277,7 +278,7 @@ def _read_files(
         good = _shape_for_drift(spark, pipeline, table, planned.where(F.col(sources.ERROR).isNull()), path)
         dropped = {sources.RAW, sources.ERROR, sources.LINE_BUCKET, sources.NEW_FIELDS}
         now = F.lit(datetime.now(UTC)).cast("timestamp")
-        rows = good.select(*[c for c in good.columns if c not in dropped], now.alias("_ingested_at"))
+        rows = good.select(*[c for c in good.columns if c not in dropped], now.alias(INGESTED_AT_COLUMN))
         bad: DataFrame | None = planned.where(F.col(sources.ERROR).isNotNull()).select(
             F.col(sources.RAW).alias("raw"),
             F.col(sources.SOURCE_FILE).alias("source_file"),
@@ -328,7 +329,7 @@ def _changed_intervals(before: DataFrame | None, after: DataFrame, column: str, 
     """The intervals other than `interval` (of its length, on its grid) where the replaced files' rows differ before
     and after: where a correction moved a row to or from, or changed one. A file's unchanged rows of the next hour
     (a file spanning the hour's end) ask nothing of that hour, which silver's watermark may still hold open."""
-    ignored = {sources.SOURCE_FILE, "_ingested_at"}  # as stored vs as read now: not the row's content
+    ignored = {sources.SOURCE_FILE, INGESTED_AT_COLUMN}  # as stored vs as read now: not the row's content
     shared = [c for c in after.columns if c not in ignored and (before is None or c in before.columns)]
 
     def as_text(frame: DataFrame) -> DataFrame:  # to_json: set operations refuse map columns

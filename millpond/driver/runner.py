@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from millpond.catalog.sync import name_missing, sees_catalog
-from millpond.driver import driver_jit, speedups
+from millpond.driver import column_comments, driver_jit, speedups
 from millpond.lake import checkpoints, file_sink_log, lease, paths, pending_reprocess, storage
 from millpond.lake.backlog import pipeline_backlog
 from millpond.lake.delta_log import created_at, latest_version
@@ -615,7 +615,9 @@ def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableR
         try:
             checkpoints.verify(pipeline, table)
             previous = checkpoints.nothing_new(pipeline, table, checkpoints.input_fingerprint(pipeline, table))
-        except (checkpoints.CheckpointProblem, OSError):
+            if previous is not None and column_comments.stale(table):  # the Spark path commits the spec's text
+                previous = None
+        except (checkpoints.CheckpointProblem, OSError, ValueError):
             return None
         if previous is None:
             return None

@@ -46,10 +46,12 @@ from millpond.spec import (
     ddl_columns,
     resolve_setting,
 )
+from millpond.spec.model import KAFKA_COLUMNS
+from millpond.spec.model import RESCUED_COLUMN as RESCUED
 
-# json sources only: fields of a line that the schema does not name, as a JSON object (kept in bronze under the
-# default `schema_drift: rescue`), and their names (used by the writer for `add` and `fail`, never written).
-RESCUED, NEW_FIELDS = "_rescued_data", "_new_fields"
+# json sources only: the names of a line's fields that the schema does not name (used by the writer for `add` and
+# `fail`, never written); the fields themselves are bronze's `_rescued_data` (RESCUED) under `rescue`.
+NEW_FIELDS = "_new_fields"
 # json sources only: a hash bucket of the line's text. Bronze's writer collects the buckets (and files) of bad lines
 # while it writes the good ones, so its quarantine pass parses only the lines in those buckets (reread_bad_lines:
 # the filter on the raw text runs before the parse), not the whole batch again (B3).
@@ -66,8 +68,6 @@ MAX_LINE_BYTES = 1024 * 1024
 ADDABLE_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # `_name` is millpond's (`_ingested_at`, ...)
 # Files per batch that a complete-mode table's first batch reads: all of them (Delta's largest; its default is 1,000).
 WHOLE_SNAPSHOT_FILES = 2**31 - 1
-# Where each message of a Kafka source came from, kept in bronze next to the value's fields.
-KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 
 
 def read_table_source(spark: SparkSession, pipeline: Pipeline, table: Table) -> DataFrame:

@@ -10,6 +10,7 @@ sink's `_spark_metadata` log, which skips a batch id it already committed.
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -70,8 +71,8 @@ def start_query(
         sources.read_join_source(spark, pipeline, table),
         sources.read_dimension(spark, pipeline, table),
     )
-    if table.column_comments and not table.reads_source:  # bronze's columns are the writer's, checked after
-        column_comments.check_names(pipeline, table, df.columns, planned=True)
+    if table.column_comments and not (table.reads_source or table.cdc):  # else the sink makes the columns
+        column_comments.check_planned(pipeline, table, df.columns)
     writer = (
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
         .option("checkpointLocation", str(checkpoint))
@@ -171,14 +172,19 @@ def run_table(
 
 def describe_columns(spark: SparkSession, pipeline: Pipeline, table: Table, result: TableResult) -> str | None:
     """Commit the spec's column descriptions the table lacks (millpond.driver.column_comments), the table's version
-    after the run then counting that commit; the error (also the result's), or None."""
+    after the run then counting that commit; the error (also the result's), or None. A described column the table
+    does not have is warned about on every run (its rows are committed, and the others described)."""
     error = None
     try:
-        column_comments.commit(spark, pipeline, table)
-    except column_comments.UnknownColumn as exc:
-        error = str(exc)
+        changed, warning = column_comments.commit(spark, pipeline, table)
+        if changed:
+            print(f"millpond: {table.id}: described {', '.join(changed)} (the spec's `columns:`, one commit)")
+        if warning:
+            print(f"millpond: warning: {warning}", file=sys.stderr)
     except (CapturedException, SparkConnectGrpcException) as exc:
         error = f"{table.id}: its column descriptions were not committed: {_first_line(exc)}"
+    except OSError as exc:  # reading the table's log (a full or unreachable lake)
+        error = f"{table.id}: its column descriptions were not committed: {exc}"
     result.version_after = file_sink_log.table_version(table)
     if error:
         result.outcome, result.error = "failed", error

@@ -116,10 +116,26 @@ def created_at(path: LakePath | str) -> datetime | None:
 
 
 def table_properties(path: LakePath | str) -> dict[str, str] | None:
-    """The table's properties (its newest `metaData` action's `configuration`; {} for no table): the newest commit
-    after the last checkpoint that changed them, else the checkpoint's. None when neither holds them: a checkpoint
-    in a form this reader does not read (v2's `<version>.checkpoint.<uuid>.json`, sidecars), or a log cleaned up
-    past its last checkpoint."""
+    """The table's properties (its newest `metaData` action's `configuration`; {} for no table), or None where the
+    log keeps its metadata where this reader does not look (see newest_metadata)."""
+    metadata = newest_metadata(path)
+    return None if metadata is None else dict(metadata.get("configuration") or {})
+
+
+def column_comments(path: LakePath | str) -> dict[str, str | None] | None:
+    """Each top-level column of the table with its comment (None: none), from its newest schema; {} for no table,
+    None where this reader cannot find the schema (see newest_metadata)."""
+    metadata = newest_metadata(path)
+    if metadata is None or not metadata:
+        return metadata
+    fields = json.loads(metadata["schemaString"])["fields"]
+    return {f["name"]: (f.get("metadata") or {}).get("comment") for f in fields}
+
+
+def newest_metadata(path: LakePath | str) -> dict | None:
+    """The table's newest `metaData` action ({} for no table): the newest commit after the last checkpoint that
+    changed it, else the checkpoint's. None when neither holds it: a checkpoint in a form this reader does not read
+    (v2's `<version>.checkpoint.<uuid>.json`, sidecars), or a log cleaned up past its last checkpoint."""
     log = as_lake_path(path) / "_delta_log"
     if not log.is_dir():
         return {}
@@ -130,7 +146,7 @@ def table_properties(path: LakePath | str) -> dict[str, str] | None:
     for version in sorted((v for v in _commit_versions(log) if v > start), reverse=True):
         for line in (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
             if '"metaData"' in line and "metaData" in (action := json.loads(line)):
-                return dict(action["metaData"].get("configuration") or {})
+                return dict(action["metaData"])
     if start < 0:
         return None
     import pyarrow.parquet as pq  # only tables with 10+ commits have a checkpoint
@@ -140,7 +156,7 @@ def table_properties(path: LakePath | str) -> dict[str, str] | None:
         with part.open("rb") as handle:
             for entry in pq.read_table(handle, columns=["metaData"]).column("metaData").to_pylist():
                 if entry:
-                    return dict(entry.get("configuration") or {})
+                    return dict(entry)
     return None
 
 

@@ -37,6 +37,11 @@ LOOKUP_TYPES = ("inner", "left_outer")  # stream-static joins, the stream on the
 STATIC_FORMATS = (*FILE_SOURCE_FORMATS, "delta")  # a static source (a dimension) is read whole each run
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 LANDING = "landing"  # sources are referenced as `landing.<source name>`
+# The columns bronze holds beside its source's schema (millpond.driver.sources and sinks.landing write them; here so
+# that a spec's `columns:` is checked before Spark starts): the landing file of a record (not for Kafka), the time
+# bronze took it, a json or Kafka record's fields the schema does not name (as JSON), and where a Kafka message was.
+SOURCE_FILE_COLUMN, INGESTED_AT_COLUMN, RESCUED_COLUMN = "_source_file", "_ingested_at", "_rescued_data"
+KAFKA_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 # What Hadoop's globbing reads as a pattern in a path given to Spark's file source (which then reads other files or
 # another folder), and `[`/`]` also stop delta-rs from opening a table: no lake path may hold them.
 GLOB_CHARACTERS = frozenset("{}[]*?\\")

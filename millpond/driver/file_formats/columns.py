@@ -14,7 +14,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-SOURCE_FILE, RAW, ERROR = "_source_file", "_raw", "_error"
+from millpond.spec.model import SOURCE_FILE_COLUMN as SOURCE_FILE
+
+RAW, ERROR = "_raw", "_error"
 # Where Spark's readers put a record they could not parse (their columnNameOfCorruptRecord).
 CORRUPT = "_corrupt_record"
 # Quarantined raw text is cut to this many characters (the reason then says so and gives the full length).

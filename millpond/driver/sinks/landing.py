@@ -19,6 +19,7 @@ from millpond.lake import system_tables
 from millpond.lake.delta_log import latest_version as delta_version
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import DeltaSource, FileSource, KafkaSource, Pipeline, Table
+from millpond.spec.model import INGESTED_AT_COLUMN
 
 # A landing batch's bad lines ride out of its one pass in the observed metrics (a bounded heap, `min_by(.., k)`)
 # when there are at most this many, each at most CARRIED_RAW_BYTES of raw text (so at most ~40 MB reach the
@@ -102,7 +103,9 @@ class LandingSink(DeltaSink):
             *((sources.SOURCE_FILE,) if self.table.reads_kafka else ()),
         )
         good_columns = [c for c in good.columns if c not in dropped]
-        wrote = self.write(good.select(*good_columns, ingested_at.alias("_ingested_at")), self.path, "append", batch_id)
+        wrote = self.write(
+            good.select(*good_columns, ingested_at.alias(INGESTED_AT_COLUMN)), self.path, "append", batch_id
+        )
         if counted and wrote:
             metrics = counted.get
         else:  # the write was skipped (a replay after a crash), so the plan did not run: count separately

@@ -79,11 +79,13 @@ def column_descriptions(check: SpecCheck, where: str, raw: Any) -> tuple[tuple[s
     """`columns:`, a mapping of column name to its description (the column's comment in the table)."""
     if raw is None:
         return ()
-    if not isinstance(raw, dict) or not raw:
+    if not isinstance(raw, dict):
         check.problem(
             where, f"{raw!r} is not a mapping of column names to descriptions", "write e.g. {Device: The phone}"
         )
         return ()
+    if not raw:
+        check.problem(where, "describes no column", "describe at least one column, or drop `columns:`")
     found = []
     for name, text in raw.items():
         if not isinstance(text, str) or not text.strip():

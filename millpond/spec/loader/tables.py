@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from millpond.spec.loader.cdc import cdc, cdc_rules
@@ -19,9 +18,22 @@ from millpond.spec.loader.joins import join, join_rules, join_upstream_rules, lo
 from millpond.spec.loader.sinks import file_sink_rules, kafka_sink_rules, sink
 from millpond.spec.loader.stateful import stateful, stateful_rules
 from millpond.spec.loader.streaming import aggregate, streaming_rules, transform, trigger
-from millpond.spec.model import LAYERS, OUTPUT_MODES, DeltaSource, FileSource, Source, Table, normalize_table_id
+from millpond.spec.model import (
+    INGESTED_AT_COLUMN,
+    KAFKA_COLUMNS,
+    LAYERS,
+    OUTPUT_MODES,
+    RESCUED_COLUMN,
+    SOURCE_FILE_COLUMN,
+    DeltaSource,
+    FileSource,
+    KafkaSource,
+    Source,
+    Table,
+    normalize_table_id,
+)
 from millpond.spec.suites import check_suite  # light: JSON only, no GX
-from millpond.spec.syntax import TABLE_ID, ddl_columns
+from millpond.spec.syntax import TABLE_ID, ddl_columns, did_you_mean
 
 # A `tables:` entry's fields (name -> required).
 TABLE_FIELDS = {
@@ -232,23 +244,31 @@ def delta_source_rules(check: SpecCheck, sources: dict[str, Source], tables: dic
             )
 
 
-# Columns every bronze table over landing files may hold beside its source's schema (millpond.driver.sources).
-BRONZE_ADDED_COLUMNS = ("_source_file", "_ingested_at", "_rescued_data")
+def bronze_columns(source: Source) -> list[str] | None:
+    """A bronze table's columns, from its source's schema and what bronze adds (millpond.spec.model), or None where
+    they are only known once data arrives (`schema_drift: add`) or the table does not read a landing source."""
+    if not isinstance(source, (FileSource, KafkaSource)) or source.schema_drift == "add":
+        return None
+    if isinstance(source, KafkaSource):
+        added = [*KAFKA_COLUMNS, RESCUED_COLUMN]
+    else:
+        added = [SOURCE_FILE_COLUMN, *([RESCUED_COLUMN] if source.format == "json" else [])]
+    return [*ddl_columns(source.schema), *added, INGESTED_AT_COLUMN]
 
 
 def described_columns_rules(check: SpecCheck, source: Source | None, table: Table) -> None:
-    """A table reading landing files with a fixed schema has columns known before Spark starts: a description of
-    any other column is a typo. Other tables' columns are checked when the run plans them, before any write."""
-    if not (table.column_comments and isinstance(source, FileSource)) or source.schema_drift == "add":
+    """A bronze table's columns are known before Spark starts: a description of any other column is a typo. Other
+    tables' columns are checked when the run plans them, before any write (the writer's own, after it)."""
+    known = bronze_columns(source) if table.column_comments and source is not None else None
+    if not known:
         return
-    known = [*ddl_columns(source.schema), *BRONZE_ADDED_COLUMNS]
+    lowered = {k.lower() for k in known}
     for name, _ in table.column_comments:
-        if name.lower() not in {k.lower() for k in known}:
-            close = difflib.get_close_matches(name, known, n=1)
+        if name.lower() not in lowered:
             check.problem(
                 f"tables.{table.id}.columns.{name}",
                 f"{table.id} has no column {name!r} (its columns: {', '.join(known)})",
-                f"did you mean {close[0]!r}?" if close else "describe one of its columns, or add it to the schema",
+                "describe one of its columns, or add it to the source's schema" + did_you_mean(name, known),
             )
 
 

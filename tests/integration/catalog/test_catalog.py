@@ -3,8 +3,8 @@ Spark's Hive metastore client in `millpond catalog sync` and `millpond sql` proc
 
 What the catalog holds is read back twice, independently of the code that wrote it: with psql, straight from the
 metastore's tables (names, schemas, locations, comments, ids), and by querying the names, against delta-rs at the
-lake paths. Cost: two in-process runs, then six millpond processes with a Hive-backed JVM each (about 15 s each:
-JVM 6 s, metastore 3 s, a first Delta query 6 s).
+lake paths. Cost: three in-process runs, nine millpond processes with a Hive-backed JVM each (about 15 s each:
+JVM 6 s, metastore 3 s, a first Delta query 6 s), a few without, and a second PostgreSQL (about 3 s).
 """
 
 from __future__ import annotations
@@ -161,7 +161,6 @@ def test_every_table_by_name_from_a_sync_that_rebuilds_and_follows_the_lake(
     sync()
     rebuilt = metastore()
     assert {n: v[:3] for n, v in rebuilt.items()} == {n: v[:3] for n, v in held.items()}
-    # Column comments live in the Delta table's schema (the spec's `columns:`), so the rebuilt name has them too.
     # The schema by name is the Delta log's, as delta-rs reads it, with the spec's column comments (`columns:`),
     # which live in the Delta table's schema: the rebuilt name has them too.
     described = sql("DESCRIBE TABLE gold.device_counts")
@@ -233,7 +232,7 @@ def test_a_failing_query_says_why_and_prints_no_result(lake, catalog_home):
     assert "started the catalog's PostgreSQL" in done.stderr
 
 
-def test_the_catalog_database_is_private_and_two_processes_at_once_start_one(catalog_home):
+def test_the_catalog_database_is_private_and_two_processes_at_once_start_one(catalog_home, monkeypatch):
     start = "from millpond.catalog import database; print(database.ensure_running(print).url)"
     both = [
         subprocess.Popen([sys.executable, "-c", start], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
@@ -276,11 +275,10 @@ def test_the_catalog_database_is_private_and_two_processes_at_once_start_one(cat
     # when Airflow's database is made on it, with the fix.
     assert database.stop(stopped.append)
     asked = database.MAX_CONNECTIONS
-    database.MAX_CONNECTIONS = 100  # what PostgreSQL admits by default, and the millpond before it asked for more
-    try:
-        database.ensure_running(stopped.append)
-    finally:
-        database.MAX_CONNECTIONS = asked
+    # what PostgreSQL admits by default, and what the millpond before this one started it with
+    monkeypatch.setattr(database, "MAX_CONNECTIONS", 100)
+    database.ensure_running(stopped.append)
+    monkeypatch.setattr(database, "MAX_CONNECTIONS", asked)
     database.airflow_database(catalog_home.parent / "airflow_home", stopped.append)
     assert f"admits 100 connections, started before millpond asked for {asked}" in stopped[-1], stopped
     assert "Fix: `make down`, then `make up`" in stopped[-1]

@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from millpond.driver import sources
-from millpond.lake.delta_log import change_feed_on, table_properties
+from millpond.lake.delta_log import change_feed_on, column_comments, table_properties
 from millpond.spec import load_pipeline
 from tests.support.cdc_reference import delta_source_spec
 
@@ -31,6 +31,22 @@ def test_a_table_s_properties_are_its_newest_metadata_s_before_and_after_a_check
     assert table_properties(path)[CHANGE_FEED] == "true"
     DeltaTable(path).alter.set_table_properties({CHANGE_FEED: "false"})
     assert table_properties(path)[CHANGE_FEED] == "false"
+
+
+def test_a_table_s_column_comments_are_its_newest_schema_s_before_and_after_a_checkpoint(tmp_path):
+    """What the idle run reads to tell whether a spec's column description is missing (millpond.driver.
+    column_comments), without a JVM: the comments of the newest schema, from a commit or a checkpoint."""
+    path = str(tmp_path / "t")
+    assert column_comments(path) == {}  # no table
+    write_deltalake(path, pa.table({"a": [1], "b": ["x"]}))
+    assert column_comments(path) == {"a": None, "b": None}
+    DeltaTable(path).alter.set_column_metadata("a", {"comment": "The a's."})
+    for value in range(3):
+        write_deltalake(path, pa.table({"a": [value], "b": ["y"]}), mode="append")
+    DeltaTable(path).create_checkpoint()
+    assert column_comments(path) == {"a": "The a's.", "b": None}
+    DeltaTable(path).alter.set_column_metadata("b", {"comment": "A b."})
+    assert column_comments(path) == {"a": "The a's.", "b": "A b."}
 
 
 def test_properties_kept_where_this_reader_does_not_look_are_unknown_and_stop_no_run(tmp_path, monkeypatch):

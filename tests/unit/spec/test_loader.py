@@ -1336,14 +1336,14 @@ def test_tags_load_as_words(tmp_path):
 
 def test_column_descriptions_load_as_one_line_each_and_bad_ones_name_the_field(tmp_path):
     """`columns:` (a column's comment in its table): whitespace of a folded YAML text becomes one line; a value
-    that is no text, a column described twice, a sink without a Delta schema and a bronze column the source's
-    schema does not have are rejected before Spark starts."""
+    that is no text, an empty mapping, a column described twice, a sink without a Delta schema and a bronze column
+    its source does not give are rejected before Spark starts."""
     spec = copy.deepcopy(ACTIVITY)
-    spec["tables"]["silver.activity"]["columns"] = {"Device": "The device\n  that recorded.", "x": "Acceleration."}
+    spec["tables"]["silver.activity"]["columns"] = {"Device": "The device\n  that recorded.", "x": "In ${units}."}
     pipeline = load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")
     assert pipeline.tables["silver.activity"].column_comments == (
         ("Device", "The device that recorded."),
-        ("x", "Acceleration."),
+        ("x", "In ${units}."),
     )
 
     def describe(table: str, columns: object):
@@ -1353,11 +1353,42 @@ def test_column_descriptions_load_as_one_line_each_and_bad_ones_name_the_field(t
     assert_problem(text, "tables.silver.activity.columns.Device", "3 is not a description", "a line of text")
     text = problems_for(tmp_path, describe("silver.activity", ["Device"]))
     assert_problem(text, "tables.silver.activity.columns", "is not a mapping", "{Device: The phone}")
+    text = problems_for(tmp_path, describe("silver.activity", {}))
+    assert_problem(text, "tables.silver.activity.columns", "describes no column", "drop `columns:`")
     text = problems_for(tmp_path, describe("silver.activity", {"Device": "a", "device": "b"}))
     assert_problem(text, "tables.silver.activity.columns", "'device' is described twice", "keep one entry")
     text = problems_for(tmp_path, describe("bronze.activity", {"Devise": "The device.", "_source_file": "Its file."}))
     assert_problem(text, "tables.bronze.activity.columns.Devise", "has no column 'Devise'", "did you mean 'Device'?")
     assert "has no column '_source_file'" not in text  # a column bronze adds beside the schema is known
-    csv = lambda s: s["tables"]["gold.device_counts"].update(sink={"format": "parquet"})  # noqa: E731
-    text = problems_for(tmp_path, csv)
+    parquet = lambda s: s["tables"]["gold.device_counts"].update(sink={"format": "parquet"})  # noqa: E731
+    text = problems_for(tmp_path, parquet)
     assert_problem(text, "tables.gold.device_counts.columns", "a parquet sink has no table schema", "Delta table")
+
+
+@pytest.mark.parametrize(
+    ("source", "described", "refused"),
+    [
+        ({"format": "csv", "options": {"header": "true"}}, ["_source_file", "_rescued_data"], ["_rescued_data"]),
+        ({"schema_drift": "add"}, ["a_field_that_may_come"], []),  # known only once it arrives: checked at run time
+        ({}, ["_rescued_data", "_ingested_at", "Recorded_At"], []),
+    ],
+)
+def test_a_landing_bronzes_described_columns_are_its_sources_and_what_bronze_adds(tmp_path, source, described, refused):
+    spec = copy.deepcopy(ACTIVITY)
+    spec["sources"]["activity"].update(source)
+    spec["tables"]["bronze.activity"]["columns"] = {name: "described" for name in described}
+    if not refused:
+        load_pipeline(write_spec(tmp_path, spec), lake_root=tmp_path / "lake")
+        return
+    text = problems_for(tmp_path, lambda s: s.update(spec))
+    for name in refused:
+        assert_problem(text, f"tables.bronze.activity.columns.{name}", f"has no column {name!r}", "describe one")
+
+
+def test_a_kafka_bronzes_described_columns_include_where_each_message_came_from(tmp_path):
+    spec = copy.deepcopy(KAFKA_SPEC)
+    spec["tables"]["bronze.events"]["columns"] = {"_kafka_offset": "The message's offset.", "device": "The device."}
+    load_pipeline(write_spec(tmp_path, spec, name="devices"), lake_root=tmp_path / "lake")
+    missing = lambda s: s["tables"]["bronze.events"].update(columns={"_source_file": "A file."})  # noqa: E731
+    text = problems_for(tmp_path, missing, base=KAFKA_SPEC)
+    assert_problem(text, "tables.bronze.events.columns._source_file", "has no column '_source_file'", "describe one")
