@@ -615,13 +615,13 @@ def results_if_nothing_new(pipeline: Pipeline, tables: list[str]) -> list[TableR
         try:
             checkpoints.verify(pipeline, table)
             previous = checkpoints.nothing_new(pipeline, table, checkpoints.input_fingerprint(pipeline, table))
-            if previous is not None and column_comments.stale(table):  # the Spark path commits the spec's text
-                previous = None
+            version = file_sink_log.table_version(table)
+            if previous is not None and column_comments.stale(table, version, previous):
+                previous = None  # the Spark path describes the table's columns (or refuses its spec)
         except (checkpoints.CheckpointProblem, OSError, ValueError):
             return None
         if previous is None:
             return None
-        version = file_sink_log.table_version(table)
         results.append(
             TableResult(
                 table_id,

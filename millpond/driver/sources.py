@@ -244,11 +244,14 @@ def read_kafka(spark: SparkSession, source: KafkaSource) -> DataFrame:
         F.concat_ws("/", F.concat(F.lit("kafka:"), F.col("topic")), F.col("partition"), F.col("offset")).alias(
             SOURCE_FILE
         ),
-        F.col("topic").alias("_kafka_topic"),
-        F.col("partition").alias("_kafka_partition"),
-        F.col("offset").alias("_kafka_offset"),
-        F.col("timestamp").alias("_kafka_timestamp"),
-        F.col("key").cast("string").alias("_kafka_key"),
+        *[
+            value.alias(name)
+            for name, value in zip(
+                KAFKA_COLUMNS,
+                (F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"), F.col("key").cast("string")),
+                strict=True,
+            )
+        ],
     )
     return parse_json_lines(messages, schema_of(source.schema), carry=KAFKA_COLUMNS)
 

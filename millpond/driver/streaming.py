@@ -71,7 +71,7 @@ def start_query(
         sources.read_join_source(spark, pipeline, table),
         sources.read_dimension(spark, pipeline, table),
     )
-    if table.column_comments and not (table.reads_source or table.cdc):  # else the sink makes the columns
+    if table.column_comments and column_comments.refuses_unknown(table):  # else the writer makes the columns
         column_comments.check_planned(pipeline, table, df.columns)
     writer = (
         df.writeStream.queryName(paths.query_name(pipeline.name, table.id))
@@ -172,8 +172,8 @@ def run_table(
 
 def describe_columns(spark: SparkSession, pipeline: Pipeline, table: Table, result: TableResult) -> str | None:
     """Commit the spec's column descriptions the table lacks (millpond.driver.column_comments), the table's version
-    after the run then counting that commit; the error (also the result's), or None. A described column the table
-    does not have is warned about on every run (its rows are committed, and the others described)."""
+    after the run then counting that commit, and record that the table is described; the error (also the
+    result's), or None. A described column the table's writer did not make is warned about on every run."""
     error = None
     try:
         changed, warning = column_comments.commit(spark, pipeline, table)
@@ -181,13 +181,15 @@ def describe_columns(spark: SparkSession, pipeline: Pipeline, table: Table, resu
             print(f"millpond: {table.id}: described {', '.join(changed)} (the spec's `columns:`, one commit)")
         if warning:
             print(f"millpond: warning: {warning}", file=sys.stderr)
-    except (CapturedException, SparkConnectGrpcException) as exc:
+    except column_comments.UnknownColumn as exc:
+        error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - Spark's, the log's or the store's: the table's failure, named
         error = f"{table.id}: its column descriptions were not committed: {_first_line(exc)}"
-    except OSError as exc:  # reading the table's log (a full or unreachable lake)
-        error = f"{table.id}: its column descriptions were not committed: {exc}"
     result.version_after = file_sink_log.table_version(table)
     if error:
         result.outcome, result.error = "failed", error
+    else:
+        checkpoints.record_described(pipeline, table, result.version_after, column_comments.digest(table))
     return error
 
 

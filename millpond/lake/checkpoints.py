@@ -209,6 +209,19 @@ def record_input(pipeline: Pipeline, table: Table, fingerprint: str, state_rows:
         _write_atomically(checkpoint / INPUT_FILE, {"fingerprint": fingerprint, "state_rows": state_rows})
 
 
+def record_described(pipeline: Pipeline, table: Table, version: int, described: str) -> None:
+    """After a run gave the table the spec's column descriptions (`described`: their digest): the table's version
+    then, so an idle run reads the table's schema again only when the table or the spec changed since."""
+    checkpoint = paths.checkpoint_path(pipeline.name, table.id)
+    if not checkpoint.is_dir():
+        return
+    try:
+        recorded = json.loads((checkpoint / INPUT_FILE).read_text())
+    except (OSError, ValueError):
+        return  # no finished run recorded: the next run reads the schema
+    _write_atomically(checkpoint / INPUT_FILE, {**recorded, "described": {"version": version, "columns": described}})
+
+
 def _write_atomically(path: LakePath, body: dict) -> None:
     storage.write_whole(path, json.dumps(body, indent=2, sort_keys=True) + "\n")
 

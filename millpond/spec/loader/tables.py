@@ -244,10 +244,11 @@ def delta_source_rules(check: SpecCheck, sources: dict[str, Source], tables: dic
             )
 
 
-def bronze_columns(source: Source) -> list[str] | None:
+def bronze_columns(source: Source, table: Table) -> list[str] | None:
     """A bronze table's columns, from its source's schema and what bronze adds (millpond.spec.model), or None where
-    they are only known once data arrives (`schema_drift: add`) or the table does not read a landing source."""
-    if not isinstance(source, (FileSource, KafkaSource)) or source.schema_drift == "add":
+    they are only known once its writer makes them (`schema_drift: add`, a transform) or it reads no landing
+    source."""
+    if not isinstance(source, (FileSource, KafkaSource)) or source.schema_drift == "add" or table.transform:
         return None
     if isinstance(source, KafkaSource):
         added = [*KAFKA_COLUMNS, RESCUED_COLUMN]
@@ -259,7 +260,7 @@ def bronze_columns(source: Source) -> list[str] | None:
 def described_columns_rules(check: SpecCheck, source: Source | None, table: Table) -> None:
     """A bronze table's columns are known before Spark starts: a description of any other column is a typo. Other
     tables' columns are checked when the run plans them, before any write (the writer's own, after it)."""
-    known = bronze_columns(source) if table.column_comments and source is not None else None
+    known = bronze_columns(source, table) if table.column_comments and source is not None else None
     if not known:
         return
     lowered = {k.lower() for k in known}
