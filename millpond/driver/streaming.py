@@ -179,14 +179,15 @@ def describe_columns(spark: SparkSession, pipeline: Pipeline, table: Table, resu
         changed, warning = column_comments.commit(spark, pipeline, table)
         if changed:
             print(f"millpond: {table.id}: described {', '.join(changed)} (the spec's `columns:`, one commit)")
+            result.version_after = file_sink_log.table_version(table)  # the comment commit counts
         if warning:
             print(f"millpond: warning: {warning}", file=sys.stderr)
     except column_comments.UnknownColumn as exc:
         error = str(exc)
     except Exception as exc:  # noqa: BLE001 - Spark's, the log's or the store's: the table's failure, named
         error = f"{table.id}: its column descriptions were not committed: {_first_line(exc)}"
-    result.version_after = file_sink_log.table_version(table)
     if error:
+        result.version_after = file_sink_log.table_version(table)  # an ALTER that failed late may have committed
         result.outcome, result.error = "failed", error
     else:
         checkpoints.record_described(pipeline, table, result.version_after, column_comments.digest(table))

@@ -126,7 +126,7 @@ def column_comments(path: LakePath | str) -> dict[str, str | None] | None:
     """Each top-level column of the table with its comment (None: none), from its newest schema; {} for no table,
     None where this reader cannot find the schema (see newest_metadata)."""
     metadata = newest_metadata(path)
-    if metadata is None or not metadata:
+    if not metadata:
         return metadata
     fields = json.loads(metadata["schemaString"])["fields"]
     return {f["name"]: (f.get("metadata") or {}).get("comment") for f in fields}

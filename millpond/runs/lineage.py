@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from millpond import settings
-from millpond.lake import paths, storage, system_tables
+from millpond.lake import delta_log, paths, storage, system_tables
 from millpond.runs.lineage_columns import Column, column_lineage, kafka_dataset
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import DeltaSource, FileSource, KafkaSource, Pipeline, Table, resolve_setting
@@ -306,11 +306,17 @@ def _target(table: Table) -> Any:
 
 
 def delta_columns(location: paths.LakePath | str) -> list[Column]:
-    """The table's columns, their types and comments from its Delta schema (empty when there is no table yet)."""
-    table = system_tables.open_table(location)
-    if table is None:
+    """The table's columns, their types and comments from its Delta schema (empty when there is no table yet): the
+    log's newest metadata, read without opening the table; delta-rs where that reader cannot find it."""
+    metadata = delta_log.newest_metadata(location)
+    if metadata == {}:
         return []
-    fields = json.loads(table.schema().to_json())["fields"]
+    if metadata is not None:
+        fields = json.loads(metadata["schemaString"])["fields"]
+    elif (table := system_tables.open_table(location)) is not None:
+        fields = json.loads(table.schema().to_json())["fields"]
+    else:
+        return []
     return [
         Column(
             f["name"],

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from millpond.lake import paths
+from millpond.lake import delta_log, paths
 from millpond.runs import lineage
 from millpond.runs.run_record import RunContext, TableResult
 from millpond.spec import load_pipeline
@@ -262,3 +262,40 @@ def test_columns_a_step_cannot_read_come_from_every_input_and_struct_fields_from
     assert set(sql_columns("SELEC garbage FROM", known).of("anything")) == everything
     unknown = sql_columns("SELECT x RLIKE '^a' AS r FROM source", known).of("r")
     assert unknown and set(unknown) <= everything | {(bronze, "x", "DIRECT", "TRANSFORMATION")}
+
+
+def test_a_table_s_schema_facet_columns_are_delta_rs_s_from_the_log_a_checkpoint_or_delta_rs_itself(tmp_path):
+    """The schema facet reads the log's newest metadata without opening the table: the same names, types (nested
+    ones by kind) and comments delta-rs gives, after a checkpoint too, and delta-rs's own where the log keeps the
+    schema in a form that reader does not read."""
+    path = tmp_path / "t"
+    assert lineage.delta_columns(path) == []  # no table yet
+    data = pa.table({"n": [1], "tags": [["x"]], "place": [{"city": "Oslo"}]})
+    write_deltalake(str(path), data)
+    DeltaTable(str(path)).alter.set_column_metadata("n", {"comment": "How many."})
+
+    def by_delta_rs() -> list[lineage.Column]:
+        fields = json.loads(DeltaTable(str(path)).schema().to_json())["fields"]
+        kinds = [f["type"] if isinstance(f["type"], str) else f["type"]["type"] for f in fields]
+        return [
+            lineage.Column(f["name"], k, (f["metadata"] or {}).get("comment"))
+            for f, k in zip(fields, kinds, strict=True)
+        ]
+
+    expected = [
+        lineage.Column("n", "long", "How many."),
+        lineage.Column("tags", "array", None),
+        lineage.Column("place", "struct", None),
+    ]
+    assert lineage.delta_columns(path) == by_delta_rs() == expected
+    for _ in range(2):
+        write_deltalake(str(path), data, mode="append")
+    DeltaTable(str(path)).create_checkpoint()
+    assert lineage.delta_columns(path) == expected
+    # A log the light reader cannot follow (no `_last_checkpoint`, the commits before the checkpoint cleaned up):
+    # delta-rs finds the checkpoint by listing.
+    (path / "_delta_log" / "_last_checkpoint").unlink()
+    for commit in sorted((path / "_delta_log").glob("*.json"))[:3]:
+        commit.unlink()
+    assert delta_log.newest_metadata(path) is None
+    assert lineage.delta_columns(path) == expected
