@@ -6,14 +6,18 @@ the history where SDP's materialized view runs one batch query. This separates t
 `--hours` hours of event time, one row in a hundred a duplicate key) and writes the deduplicated rows to a new
 Delta table with Delta's own writer, in a JVM of its own with millpond's settings (RocksDB state store):
 - `stream`: silver's shape: a Delta stream, a one-hour watermark on the event time, dropDuplicates on (Device,
-  Index, Recorded_At), `availableNow`, into Delta's streaming sink.
+  Index, Recorded_At), `availableNow`, into Delta's streaming sink. The first batch puts every key; Spark then runs
+  a batch with no input that evicts the keys the watermark passed.
 - `stream_changelog`: the same with RocksDB's changelog checkpointing on (a commit writes the batch's changes
   instead of a new snapshot).
 - `stream_untracked`: the same with RocksDB's count of the state's rows off (`trackTotalNumberOfRows`: with it on,
-  every put and remove first reads the key to keep the count, which the query's progress reports as the state's
-  rows).
+  each put and each remove first reads its key to keep the count the query's progress reports as state rows).
+- `stream_stateless`: the same stream and sink without the watermark and dropDuplicates (every row written): what
+  the streaming machinery costs without a state store.
 - `batch`: one batch query, dropDuplicates on the same keys (what a materialized view computes).
-Sides alternate; every side must write the same number of rows. Writes bench/results-state-build.json (not
+Sides alternate; every deduplicating side must write the same number of rows, none of them a repeated key, and the
+stateless side every row. Each streamed side records every batch's phases and its state operator's timings (Spark
+sums those over the state's partitions). Writes bench/results-state-build.json (not
 committed). Not a timed test. Usage:
 
     .venv/bin/python bench/state_build_cost.py [--rows 6500000] [--hours 100] [--repeats 2]
@@ -31,16 +35,23 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-SIDES = ("stream", "stream_changelog", "stream_untracked", "batch")
+SIDES = ("stream", "stream_changelog", "stream_untracked", "stream_stateless", "batch")
 KEYS = ["Device", "Index", "Recorded_At"]
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 TRACK_ROWS = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
 
 
-def session(name: str):
+# Imported inside functions: pyspark and millpond's session, only in the children (one JVM per side).
+
+
+def session(name: str) -> SparkSession:
     from millpond.driver.driver_jit import java_options
     from millpond.driver.session import build_spark_session
 
@@ -80,33 +91,37 @@ def run_side(side: str, bronze: str, work: str) -> dict:
     if side == "batch":
         spark.read.format("delta").load(bronze).dropDuplicates(KEYS).write.format("delta").save(table)
     else:
+        stream = spark.readStream.format("delta").load(bronze)
+        if side != "stream_stateless":
+            stream = stream.withWatermark("Recorded_At", "1 hour").dropDuplicates(KEYS)
         query = (
-            spark.readStream.format("delta")
-            .load(bronze)
-            .withWatermark("Recorded_At", "1 hour")
-            .dropDuplicates(KEYS)
-            .writeStream.format("delta")
+            stream.writeStream.format("delta")
             .option("checkpointLocation", f"{work}/checkpoint")
             .trigger(availableNow=True)
             .start(table)
         )
         query.awaitTermination()
     seconds = time.perf_counter() - started
-    figure: dict = {"seconds": seconds, "rows": spark.read.format("delta").load(table).count()}
-    if side != "batch":  # where the batch's time went: Spark's phases, and the state operator's own timings
-        progress = [p for p in query.recentProgress if p.numInputRows]
-        figure["batches"] = len(progress)
-        figure["phases_ms"] = [p.durationMs for p in progress]
-        figure["state_ms"] = [
+    written = spark.read.format("delta").load(table)
+    figure: dict = {"seconds": seconds, "rows": written.count(), "keys": written.select(*KEYS).distinct().count()}
+    if side != "batch":  # where the time went, batch by batch (the eviction batch has no input)
+        figure["batches"] = [
             {
-                "updates": op.allUpdatesTimeMs,
-                "removals": op.allRemovalsTimeMs,
-                "commit": op.commitTimeMs,
-                "rows_total": op.numRowsTotal,
-                **{k: v for k, v in op.customMetrics.items() if "Latency" in k or "Time" in k},
+                "input_rows": p.numInputRows,
+                "phases_ms": p.durationMs,
+                "state_ms_summed_over_partitions": [
+                    {
+                        "updates": op.allUpdatesTimeMs,
+                        "removals": op.allRemovalsTimeMs,
+                        "commit": op.commitTimeMs,
+                        "rows_total": op.numRowsTotal,
+                        "rows_removed": op.numRowsRemoved,
+                        **{k: v for k, v in op.customMetrics.items() if "Latency" in k or "Time" in k},
+                    }
+                    for op in p.stateOperators
+                ],
             }
-            for p in progress
-            for op in p.stateOperators
+            for p in query.recentProgress
         ]
     return figure
 
@@ -149,8 +164,9 @@ def main() -> int:
                 shutil.rmtree(work, ignore_errors=True)
                 work.mkdir()
                 runs[side].append(child(["--side", side, "--work", str(work)], lake))
-    rows = {r["rows"] for side_runs in runs.values() for r in side_runs}
-    if len(rows) != 1:
+    deduplicated = {r["rows"] for side, side_runs in runs.items() if side != "stream_stateless" for r in side_runs}
+    repeated = [r for side, rs in runs.items() if side != "stream_stateless" for r in rs if r["keys"] != r["rows"]]
+    if len(deduplicated) != 1 or repeated or any(r["rows"] != args.rows for r in runs["stream_stateless"]):
         raise SystemExit(f"the sides wrote different rows: {runs}")
     taken = {side: [round(r["seconds"], 2) for r in rs] for side, rs in runs.items()}
     figure = {
@@ -158,12 +174,10 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cores": os.cpu_count(), "load_average": os.getloadavg()},
         "rows_in": args.rows,
-        "rows_written": rows.pop(),
+        "rows_written": deduplicated.pop(),
         "hours": args.hours,
         "seconds": {s: {"median": statistics.median(t), "all": t} for s, t in taken.items()},
-        "stream_timings": {
-            s: [{k: r[k] for k in ("batches", "phases_ms", "state_ms")} for r in runs[s]] for s in SIDES if s != "batch"
-        },
+        "batches": {side: [r["batches"] for r in runs[side]] for side in SIDES if side != "batch"},
         "stream_over_batch": round(statistics.median(taken["stream"]) / statistics.median(taken["batch"]), 2),
     }
     out = REPO / "bench" / "results-state-build.json"

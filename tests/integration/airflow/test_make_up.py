@@ -499,7 +499,7 @@ def test_make_up_on_a_moved_lake_then_backfills_reprocess_their_interval(stack, 
     # A later round: ingested exactly once by a plain run. Beside it the clicks pipeline's first run writes (the
     # tables it makes are named by the run itself), while the catalog is read again and again until both end: by
     # `millpond sql` on the engine and by `millpond sql` in a JVM of its own (the first lake's, where no engine runs).
-    ran_before = summaries(lake)  # a run that ended before hour 27 landed read none of it
+    ran_before = summaries(lake)  # a run whose ingest had recorded its summary before hour 27 landed read none of it
     land_hour(landing, 27, seed=27)
     clicks_files(lake / "landing" / "impressions", lake / "landing" / "clicks", files=2, rows=300, seed=4)
     campaigns_file(lake / "landing" / "campaigns")
@@ -514,8 +514,8 @@ def test_make_up_on_a_moved_lake_then_backfills_reprocess_their_interval(stack, 
     )
     assert state_of(finished(api, "activity", later.dag_run_id, timeout=600)) == "success"
     assert state_of(finished(api, "clicks", ads.dag_run_id, timeout=600)) == "success"
-    # Hour 27 is read once: by this run, or by an hourly scheduled run that started first (the top of the hour can
-    # fall here), whose summary may come after this run's.
+    # Hour 27 is read once: by this run, or by a scheduled run (the hourly DAG's, or activity__reprocess's daily one,
+    # which only drains what is new) that started first: the top of the hour can fall here.
     assert wait_for(lambda: bronze_rows_in(lake, since=ran_before) == FILES_PER_HOUR * 20, timeout=180, interval=3), (
         bronze_rows_in(lake, since=ran_before)
     )
@@ -739,7 +739,8 @@ def summaries(lake: Path) -> set[Path]:
 
 
 def bronze_rows_in(lake: Path, since: set[Path]) -> int:
-    """The rows bronze.activity read in the runs of the activity pipeline that ended after `since` was taken."""
+    """The rows bronze.activity read in the runs of the activity pipeline (its reprocess DAG's included, which share
+    the folder) whose summary was first written after `since` was taken (a run's ingest writes it)."""
     tables = [t for path in summaries(lake) - since for t in json.loads(path.read_text())["tables"]]
     return sum(t["rows_in"] for t in tables if t["table"] == "bronze.activity")
 
